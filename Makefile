@@ -1,0 +1,49 @@
+# The two README commands: `make lab` and `make test`. Both set up .venv first (idempotent: seconds when
+# it is already up to date) and need only Python 3.11 and access to the package registry.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PORT ?= 8888
+
+.PHONY: setup lab test test-helpers test-notebooks lint full-run data clean
+
+setup: $(STAMP)
+
+# Re-installs only when requirements.txt or pyproject.toml change (or the venv is missing).
+$(STAMP): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), "Python 3.11+ is needed (found " + sys.version.split()[0] + "); set PYTHON=/path/to/python3.11"'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $(STAMP)
+	@echo "set-up complete: $(VENV)"
+
+lab: setup
+	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT)
+
+lint: setup
+	$(BIN)/ruff check helpers tests scripts notebooks
+
+test-helpers: setup
+	COURSE_MODE=quick $(BIN)/python -m pytest tests
+
+test-notebooks: setup
+	COURSE_MODE=quick $(BIN)/python -m pytest --nbmake --nbmake-timeout=600 notebooks
+
+# What CI runs (.ci/run): lint, the helpers' unit tests, then every notebook in quick mode.
+test: lint test-helpers test-notebooks
+
+# Every notebook in full mode, executed copies and results written to OUT (default outputs/full-run).
+full-run: setup
+	$(BIN)/python scripts/full_run.py $(or $(OUT),outputs/full-run)
+
+# Regenerate data/ (needs the packages in scripts/requirements-data.txt).
+data: setup
+	$(BIN)/python -m pip install --quiet -r scripts/requirements-data.txt
+	$(BIN)/python scripts/make_data.py
+	$(BIN)/python scripts/train_digits.py
+
+clean:
+	rm -rf outputs .pytest_cache .ruff_cache

@@ -1,0 +1,23 @@
+"""Shared helpers for the GPU inference optimization course.
+
+One concept per module: ``device`` (choose, sync, report), ``timing`` (Measurement, benchmark),
+``roofline`` (this machine's limits), ``results`` (record and load), ``plotting`` (one style),
+``data`` and ``models`` (the shipped data and the course models), ``modes`` (quick/full),
+``noise`` (the known-harmless warnings, handled in one place; installed on import).
+"""
+
+from __future__ import annotations
+
+from . import noise as _noise
+
+_noise.install()
+
+from .device import choose_device, environment_report, machine_id, sync  # noqa: E402
+from .modes import course_mode, pick  # noqa: E402
+from .results import Recorder, load_reference, load_results, record  # noqa: E402
+from .timing import Measurement, benchmark, compare, format_seconds  # noqa: E402
+
+__all__ = [
+    "Measurement", "Recorder", "benchmark", "choose_device", "compare", "course_mode", "environment_report",
+    "format_seconds", "load_reference", "load_results", "machine_id", "pick", "record", "sync",
+]

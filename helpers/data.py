@@ -1,0 +1,96 @@
+"""The data shipped in ``data/``, loaded with standard torch / torchvision APIs and no network.
+
+* ``digits.pt``: scikit-learn's handwritten digits (1797 8×8 grey images, 17 grey levels, CC BY 4.0) as
+  uint8 tensors, with a fixed stratified train/test split;
+* ``photos/*.jpg``: six public-domain / CC0 photographs from scikit-image, for a real decode → resize →
+  normalise input pipeline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from .paths import DATA_DIR
+
+DIGITS_FILE = DATA_DIR / "digits.pt"
+PHOTOS_DIR = DATA_DIR / "photos"
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+SPLITS = ("train", "test", "all")
+
+
+def _digits_raw() -> dict[str, torch.Tensor]:
+    if not DIGITS_FILE.exists():
+        raise FileNotFoundError(
+            f"{DIGITS_FILE} is missing; restore it with `git checkout data/` or run `python scripts/make_data.py`."
+        )
+    return torch.load(DIGITS_FILE, weights_only=True)
+
+
+def load_digits(split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(images, labels)``: images float32 ``N×1×8×8`` scaled to [0, 1], labels int64 in 0…9."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not a split; use one of {SPLITS}.")
+    raw = _digits_raw()
+    index = torch.arange(len(raw["labels"])) if split == "all" else raw[f"{split}_index"]
+    images = raw["images"][index].to(torch.float32).div_(16.0).unsqueeze(1)
+    return images, raw["labels"][index].to(torch.int64)
+
+
+def digits_loader(split: str = "test", batch_size: int = 64, shuffle: bool = False, **kwargs: object) -> DataLoader:
+    """A ``DataLoader`` over the digits (extra keyword arguments go to ``DataLoader``)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r} must be an integer ≥ 1.")
+    return DataLoader(TensorDataset(*load_digits(split)), batch_size=batch_size, shuffle=shuffle, **kwargs)
+
+
+def photo_paths() -> list[Path]:
+    """The shipped photographs, sorted by name."""
+    paths = sorted(PHOTOS_DIR.glob("*.jpg"))
+    if not paths:
+        raise FileNotFoundError(f"no photos in {PHOTOS_DIR}; restore them with `git checkout data/`.")
+    return paths
+
+
+def read_photo(path: str | Path) -> torch.Tensor:
+    """Decode one JPEG into a ``uint8`` tensor ``3×H×W`` (``torchvision.io.decode_image``)."""
+    from torchvision.io import ImageReadMode, decode_image
+
+    return decode_image(str(path), mode=ImageReadMode.RGB)
+
+
+def photo_transform(size: int = 224):  # -> torchvision.transforms.v2.Compose
+    """Resize the short side to ``size``, centre-crop ``size×size``, scale to float, ImageNet-normalise."""
+    from torchvision.transforms import v2
+
+    if size < 1:
+        raise ValueError(f"size={size} must be a positive number of pixels.")
+    return v2.Compose([
+        v2.Resize(size, antialias=True),
+        v2.CenterCrop(size),
+        v2.ToDtype(torch.float32, scale=True),
+        v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+    ])
+
+
+class PhotoDataset(Dataset):
+    """The shipped photos as a dataset: decode → resize → normalise on every access (real CPU work, as in a
+    production input pipeline). ``repeat`` cycles through the photos to make a longer stream."""
+
+    def __init__(self, size: int = 224, repeat: int = 1) -> None:
+        if repeat < 1:
+            raise ValueError(f"repeat={repeat} must be at least 1.")
+        self.paths = photo_paths()
+        self.transform = photo_transform(size)
+        self.repeat = repeat
+
+    def __len__(self) -> int:
+        return len(self.paths) * self.repeat
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"index {i} out of range for {len(self)} photos")
+        return self.transform(read_photo(self.paths[i % len(self.paths)]))

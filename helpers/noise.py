@@ -1,0 +1,68 @@
+"""The one place where known-harmless library noise is handled (installed on ``import helpers``).
+
+The course's rule is that outputs carry no unexplained warnings, and that nothing is silenced wholesale.
+Each filter below matches one exact message, and each says why it is harmless. Anything else still shows.
+
+1. ``torch.utils.cpp_extension`` logs *"No CUDA runtime is found, using CUDA_HOME=…"* when Inductor or
+   ``torch.utils.benchmark`` import it on a machine with the CUDA toolkit but no GPU. Nothing is compiled
+   for CUDA on such a machine, so the path it found is never used.
+2. ``DataLoader(pin_memory=True)`` warns *"'pin_memory' argument is set as true but no accelerator is
+   found"* on a CPU-only machine. Notebooks use the same loader code on CPU and GPU; on the CPU pinning is
+   simply skipped, which is what we want.
+3. The profiler's Kineto library prints *"ERROR … gpuGetDeviceCount failed with code 35"* when there is no
+   GPU driver. ``KINETO_LOG_LEVEL=5`` hides its log lines; it is set only when no CUDA GPU is present
+   (and only if the user has not set it), so real errors on a GPU machine still show.
+4. ONNX Runtime (the ``onnxruntime-gpu`` build) logs two red lines when a session asks for the CUDA
+   provider on a machine without a GPU and falls back to the CPU. On such a machine its default log
+   severity is raised to errors-only (3); on a GPU machine its warnings are left alone.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import warnings
+
+import torch
+
+_INSTALLED = False
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, fragment: str) -> None:
+        super().__init__()
+        self.fragment = fragment
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.fragment not in record.getMessage()
+
+
+def quiet_onnxruntime() -> None:
+    """Raise ONNX Runtime's log severity to errors-only on a machine without a CUDA GPU (see 4 above)."""
+    if torch.cuda.is_available() or importlib.util.find_spec("onnxruntime") is None:
+        return
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(3)
+
+
+def install() -> None:
+    """Install the filters above once per process."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    # 1. one logger, one message
+    logging.getLogger("torch.utils.cpp_extension").addFilter(_DropMessage("No CUDA runtime is found"))
+    # 2. one warning, by its exact text
+    warnings.filterwarnings(
+        "ignore",
+        message=r"'pin_memory' argument is set as true but no accelerator is found",
+        category=UserWarning,
+    )
+    if not torch.cuda.is_available():
+        # 3. read when the profiler first starts, so setting it here (before any profiling) is enough
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+        # 4.
+        quiet_onnxruntime()
+    _INSTALLED = True

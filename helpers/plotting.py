@@ -1,0 +1,134 @@
+"""One visual style for every notebook: comparison bars with error bars, throughput/latency against batch,
+the roofline, and the cumulative waterfall. Each function returns the matplotlib ``Figure``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .roofline import Roofline
+from .timing import Measurement
+
+STYLE = {
+    "figure.figsize": (7.5, 4.0),
+    "figure.dpi": 100,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.titleweight": "bold",
+    "font.size": 10,
+}
+GOOD, BAD, NEUTRAL = "#2a9d8f", "#e76f51", "#577590"
+PALETTE = [NEUTRAL, GOOD, "#f4a261", "#8e6c8a", "#e9c46a", "#264653", BAD]
+
+
+def apply_style() -> None:
+    plt.rcParams.update(STYLE)
+
+
+def _time_unit(seconds: float) -> tuple[float, str]:
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if seconds >= scale:
+            return scale, unit
+    return 1e-9, "ns"
+
+
+def bars(measurements: Sequence[Measurement], title: str = "", ax: Any = None, log: bool = False) -> Any:
+    """Median time of each measurement, with its interquartile range as the error bar."""
+    if not measurements:
+        raise ValueError("bars() needs at least one Measurement.")
+    apply_style()
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots()
+    scale, unit = _time_unit(max(m.median for m in measurements))
+    med = np.array([m.median for m in measurements]) / scale
+    low = med - np.array([m.p25 for m in measurements]) / scale
+    high = np.array([m.p75 for m in measurements]) / scale - med
+    labels = [m.label or f"#{i}" for i, m in enumerate(measurements)]
+    colors = [BAD if m.noisy else PALETTE[i % (len(PALETTE) - 1)] for i, m in enumerate(measurements)]
+    ax.barh(labels, med, xerr=[low, high], color=colors, capsize=4)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"median time per call ({unit}); bars show the IQR")
+    if log:
+        ax.set_xscale("log")
+    for y, value in enumerate(med):
+        ax.annotate(f" {value:.3g} {unit}", (value, y), va="center", fontsize=9)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def vs_batch(batches: Sequence[int], measurements: Sequence[Measurement], title: str = "",
+             label: str = "") -> Any:
+    """Two panels: throughput (items/s) and latency per batch (median with p25–p95 band) against batch."""
+    if len(batches) != len(measurements) or not batches:
+        raise ValueError("vs_batch() needs one Measurement per batch size, and at least one.")
+    apply_style()
+    fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(11, 4))
+    b = np.asarray(batches)
+    thr = np.array([n / m.median for n, m in zip(batches, measurements, strict=True)])
+    scale, unit = _time_unit(max(m.median for m in measurements))
+    ax_t.plot(b, thr, "o-", color=GOOD, label=label or None)
+    ax_t.set(xscale="log", xlabel="batch size", ylabel="throughput (items/s)", title="throughput")
+    ax_t.set_xscale("log", base=2)
+    ax_l.plot(b, [m.median / scale for m in measurements], "o-", color=NEUTRAL, label="median")
+    ax_l.fill_between(b, [m.p25 / scale for m in measurements], [m.p95 / scale for m in measurements],
+                      color=NEUTRAL, alpha=0.2, label="p25–p95")
+    ax_l.set(xlabel="batch size", ylabel=f"latency per batch ({unit})", title="latency")
+    ax_l.set_xscale("log", base=2)
+    ax_l.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def roofline(rf: Roofline, points: Sequence[tuple[str, float, float]] = (), title: str = "") -> Any:
+    """The roofline of ``rf`` (one roof per measured dtype) with workloads placed on it.
+
+    ``points`` are ``(label, intensity FLOP/byte, achieved FLOP/s)``.
+    """
+    apply_style()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    lo = min([0.01] + [p[1] / 2 for p in points])
+    hi = max([1e4] + [p[1] * 2 for p in points])
+    intensity = np.logspace(np.log10(lo), np.log10(hi), 200)
+    for i, (name, peak) in enumerate(rf.peak_flops.items()):
+        ax.plot(intensity, np.minimum(peak, intensity * rf.bandwidth), color=PALETTE[i % len(PALETTE)],
+                label=f"{name}: {peak / 1e9:,.0f} GFLOP/s, ridge {rf.ridge_point(name):.1f} FLOP/B")
+    for j, (label, x, y) in enumerate(points):
+        ax.plot([x], [y], "o", color=PALETTE[(j + 2) % len(PALETTE)], markersize=8)
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, -12), fontsize=9)
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="FLOP/s")
+    ax.set_title(title or f"roofline of {rf.machine_id}: memory {rf.bandwidth / 1e9:.1f} GB/s")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def waterfall(steps: Sequence[str], values: Sequence[float], metric: str = "throughput (items/s)",
+              higher_is_better: bool = True, title: str = "") -> Any:
+    """Cumulative waterfall: each step's bar shows its value; steps that made things worse are red
+    and kept visible (a regression is a result too)."""
+    if len(steps) != len(values) or not steps:
+        raise ValueError("waterfall() needs one value per step, and at least one step.")
+    apply_style()
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(steps)), 4.0))
+    colors = [NEUTRAL]
+    for prev, cur in zip(values, values[1:], strict=False):
+        better = cur >= prev if higher_is_better else cur <= prev
+        colors.append(GOOD if better else BAD)
+    x = np.arange(len(steps))
+    ax.bar(x, values, color=colors)
+    ax.plot(x, values, "k--", linewidth=0.8, alpha=0.6)
+    base = values[0]
+    for i, value in enumerate(values):
+        ratio = value / base if base else float("nan")
+        ax.annotate(f"{value:.3g}\n×{ratio:.2f}", (i, value), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(x, steps, rotation=30, ha="right")
+    ax.set_ylabel(metric)
+    ax.set_title(title or f"{metric}, step by step (red: a regression on this machine)")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,251 @@
+"""Record every measurement with its context, and load the reference results shipped with the course.
+
+This machine's results go to ``<outputs>/results/<machine_id>.jsonl`` (one JSON object per line; the
+outputs folder is git-ignored). Appends are safe with several notebooks running at once: each record is
+one ``write`` of one whole line on a file opened with ``O_APPEND``, under an exclusive ``flock``. If a
+process dies in the middle of a write, the torn last line is skipped by the loader (with a warning) and the
+next append starts on a fresh line, so the file stays readable.
+
+Reference results measured on real machines live in ``data/reference/*.jsonl`` in the same format.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import json
+import math
+import os
+import sys
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .device import DeviceLike, choose_device, machine_id
+from .modes import course_mode
+from .paths import REFERENCE_DIR, outputs_dir
+from .timing import Measurement
+
+
+def results_path(device: DeviceLike = None) -> Path:
+    """This machine's results file (created on the first record)."""
+    return outputs_dir() / "results" / f"{machine_id(device)}.jsonl"
+
+
+def _versions() -> dict[str, Any]:
+    import torchvision
+
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "cuda": torch.version.cuda,
+    }
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe copy: tensors/numpy scalars to Python numbers, dtypes and devices to strings."""
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return _clean(value.tolist())
+    if isinstance(value, torch.dtype | torch.device):
+        return str(value).replace("torch.", "")
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        return value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def make_record(
+    measurement: Measurement | None = None,
+    *,
+    notebook: str,
+    experiment: str,
+    variant: str,
+    batch: int | None = None,
+    dtype: Any = None,
+    device: DeviceLike = None,
+    metrics: Mapping[str, float] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Build (and validate) one record without writing it."""
+    for name, value in (("notebook", notebook), ("experiment", experiment), ("variant", variant)):
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{name} must be a non-empty string naming what was measured, got {value!r}.")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise ValueError(f"batch={batch!r} is not a batch size; pass an integer ≥ 1, or None.")
+    if measurement is None and not metrics:
+        raise ValueError("nothing to record: pass a Measurement, or metrics={'name': value}.")
+    if measurement is not None and not isinstance(measurement, Measurement):
+        raise TypeError(f"measurement must be a helpers.timing.Measurement, got {type(measurement).__name__}.")
+    for key, value in (metrics or {}).items():
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ValueError(f"metric {key!r}={value!r} is not a number; metrics hold numbers only.")
+    dev = choose_device(device if device is not None else (measurement.device if measurement else None))
+    record: dict[str, Any] = {
+        "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "notebook": notebook,
+        "experiment": experiment,
+        "variant": variant,
+        "batch": batch,
+        "dtype": dtype,
+        "device": str(dev),
+        "machine_id": machine_id(dev),
+        "mode": course_mode(),
+        "versions": _versions(),
+        "metrics": dict(metrics or {}),
+        "measurement": measurement.to_dict() if measurement is not None else None,
+        "extra": dict(extra or {}),
+    }
+    return _clean(record)
+
+
+def append_record(record: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Append one record as one line, atomically with respect to other writers of the same file."""
+    line = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        # A writer that died mid-line leaves no trailing newline: start ours on a fresh line.
+        size = os.fstat(fd).st_size
+        if size:
+            with open(path, "rb") as fh:
+                fh.seek(size - 1)
+                if fh.read(1) != b"\n":
+                    line = b"\n" + line
+        view = memoryview(line)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # also releases the lock
+    return path
+
+
+def record(
+    measurement: Measurement | None = None,
+    *,
+    notebook: str,
+    experiment: str,
+    variant: str,
+    path: str | os.PathLike[str] | None = None,
+    **context: Any,
+) -> dict[str, Any]:
+    """Record a measurement (and/or ``metrics``) with its context to this machine's results file.
+
+    Context: ``batch``, ``dtype``, ``device``, ``metrics`` (numbers such as GB/s), ``extra`` (anything else).
+    Machine id, versions, mode and time are added automatically. Returns the record written.
+    """
+    rec = make_record(measurement, notebook=notebook, experiment=experiment, variant=variant, **context)
+    append_record(rec, path if path is not None else results_path(rec["device"]))
+    return rec
+
+
+class Recorder:
+    """``record`` bound to one notebook: ``rec = Recorder("00_environment"); rec(m, experiment=..., variant=...)``."""
+
+    def __init__(self, notebook: str, path: str | os.PathLike[str] | None = None) -> None:
+        if not isinstance(notebook, str) or not notebook.strip():
+            raise ValueError("Recorder needs the notebook's name, e.g. Recorder('00_environment').")
+        self.notebook = notebook
+        self.path = path
+        self.records: list[dict[str, Any]] = []
+
+    def __call__(self, measurement: Measurement | None = None, **context: Any) -> dict[str, Any]:
+        rec = record(measurement, notebook=self.notebook, path=self.path, **context)
+        self.records.append(rec)
+        return rec
+
+
+def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every complete record in a results file; torn or corrupt lines are skipped with one warning."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records, bad = [], 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                continue
+            if isinstance(obj, dict):
+                records.append(obj)
+            else:
+                bad += 1
+    if bad:
+        warnings.warn(f"{path.name}: skipped {bad} incomplete line(s) (an interrupted write); the rest is intact.",
+                      stacklevel=2)
+    return records
+
+
+def to_frame(records: list[dict[str, Any]]) -> Any:
+    """Flatten records into a pandas DataFrame: context columns, ``metrics.*`` and the measurement's stats."""
+    import pandas as pd
+
+    rows = []
+    for rec in records:
+        row = {k: v for k, v in rec.items() if k not in ("metrics", "measurement", "extra", "versions")}
+        row.update({f"v_{k}": v for k, v in (rec.get("versions") or {}).items()})
+        row.update(rec.get("metrics") or {})
+        m = rec.get("measurement") or {}
+        for key in ("median", "iqr", "p95", "first_call", "throughput", "n", "number", "noisy", "timer"):
+            if key in m:
+                row[key] = m[key]
+        row.update({f"extra_{k}": v for k, v in (rec.get("extra") or {}).items()})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def load_results(path: str | os.PathLike[str] | None = None, device: DeviceLike = None) -> Any:
+    """This machine's results (or those in ``path``) as a DataFrame."""
+    return to_frame(read_records(path if path is not None else results_path(device)))
+
+
+def reference_files() -> list[Path]:
+    return sorted(REFERENCE_DIR.glob("*.jsonl"))
+
+
+def load_reference(
+    notebook: str | None = None,
+    experiment: str | None = None,
+    machine: str | None = None,
+    reference_dir: str | os.PathLike[str] | None = None,
+) -> Any:
+    """Reference results shipped with the course (``data/reference/*.jsonl``), optionally filtered.
+
+    ``machine`` matches a substring of ``machine_id`` (``"h200"``, ``"cuda"``, ``"cpu"``).
+    """
+    import pandas as pd
+
+    folder = Path(reference_dir) if reference_dir is not None else REFERENCE_DIR
+    frames = []
+    for file in sorted(folder.glob("*.jsonl")):
+        frame = to_frame(read_records(file))
+        if not frame.empty:
+            frame["source"] = file.name
+            frames.append(frame)
+    if not frames:
+        return pd.DataFrame()
+    df = pd.concat(frames, ignore_index=True)
+    if notebook is not None:
+        df = df[df["notebook"] == notebook]
+    if experiment is not None:
+        df = df[df["experiment"] == experiment]
+    if machine is not None:
+        df = df[df["machine_id"].str.contains(machine, case=False, regex=False)]
+    return df.reset_index(drop=True)
