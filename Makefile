@@ -6,6 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8888
+# Jupyter refuses to run as root without --allow-root (containers, cloud notebooks, CI run as root).
+LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+# extra JupyterLab options, e.g. make lab LAB_ARGS="--no-browser --ip=0.0.0.0"
+LAB_ARGS ?=
 
 .PHONY: setup lab test test-helpers test-notebooks lint full-run data clean
 
@@ -21,7 +25,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@echo "set-up complete: $(VENV)"
 
 lab: setup
-	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(LAB_ROOT) $(LAB_ARGS)
 
 lint: setup
 	$(BIN)/ruff check helpers tests scripts notebooks

@@ -56,10 +56,17 @@ def photo_paths() -> list[Path]:
 
 
 def read_photo(path: str | Path) -> torch.Tensor:
-    """Decode one JPEG into a ``uint8`` tensor ``3×H×W`` (``torchvision.io.decode_image``)."""
-    from torchvision.io import ImageReadMode, decode_image
+    """Decode one JPEG into a ``uint8`` tensor ``3×H×W``.
 
-    return decode_image(str(path), mode=ImageReadMode.RGB)
+    Decoding uses Pillow and ``transforms.v2.functional.pil_to_tensor``: torchvision 0.29 deprecated its own
+    ``torchvision.io`` image decoders in favour of TorchCodec, which needs system FFmpeg libraries that a
+    plain ``pip install`` does not bring. Pillow is what most production CPU pipelines use anyway.
+    """
+    from PIL import Image
+    from torchvision.transforms.v2.functional import pil_to_tensor
+
+    with Image.open(path) as image:
+        return pil_to_tensor(image.convert("RGB"))
 
 
 def photo_transform(size: int = 224):  # -> torchvision.transforms.v2.Compose

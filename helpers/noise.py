@@ -26,7 +26,7 @@ import warnings
 
 import torch
 
-_INSTALLED = False
+_CUDA_HOME = "No CUDA runtime is found"
 
 
 class _DropMessage(logging.Filter):
@@ -48,12 +48,12 @@ def quiet_onnxruntime() -> None:
 
 
 def install() -> None:
-    """Install the filters above once per process."""
-    global _INSTALLED
-    if _INSTALLED:
-        return
+    """Install the filters above. Idempotent: calling it again re-adds only what a caller (e.g. pytest,
+    which restores the warning filters after each test) has removed."""
     # 1. one logger, one message
-    logging.getLogger("torch.utils.cpp_extension").addFilter(_DropMessage("No CUDA runtime is found"))
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    if not any(isinstance(f, _DropMessage) for f in logger.filters):
+        logger.addFilter(_DropMessage(_CUDA_HOME))
     # 2. one warning, by its exact text
     warnings.filterwarnings(
         "ignore",
@@ -65,4 +65,3 @@ def install() -> None:
         os.environ.setdefault("KINETO_LOG_LEVEL", "5")
         # 4.
         quiet_onnxruntime()
-    _INSTALLED = True

@@ -109,7 +109,10 @@ def make_record(
 
 def append_record(record: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """Append one record as one line, atomically with respect to other writers of the same file."""
-    line = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    try:
+        line = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"record cannot be stored ({exc}); put only numbers, strings, lists and dicts in it.") from None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -40,10 +40,8 @@ def format_seconds(seconds: float, digits: int = 3) -> str:
         return str(seconds)
     seconds = float(f"{seconds:.{digits}g}")  # round first so 0.9999 s shows as 1.00 s, not 1000 ms
     magnitude = abs(seconds)
-    for scale, unit in _UNITS:
-        if magnitude >= scale or scale == _UNITS[-1][0]:
-            value = seconds / scale
-            break
+    scale, unit = next(((sc, un) for sc, un in _UNITS if magnitude >= sc), _UNITS[-1])
+    value = seconds / scale
     decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(value)))) if value else digits - 1)
     return f"{value:.{decimals}f} {unit}"
 

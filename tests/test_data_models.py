@@ -1,0 +1,75 @@
+import hashlib
+
+import pytest
+import torch
+from conftest import one_line
+
+from helpers import data, models
+from helpers.paths import DATA_DIR
+
+
+def test_shipped_files_match_their_checksums():
+    lines = (DATA_DIR / "checksums.sha256").read_text().split("\n")
+    entries = [line.split("  ", 1) for line in lines if line.strip()]
+    assert len(entries) >= 8
+    for digest, name in entries:
+        assert hashlib.sha256((DATA_DIR / name).read_bytes()).hexdigest() == digest, name
+
+
+def test_digits_split_is_fixed_disjoint_and_stratified():
+    x_train, y_train = data.load_digits("train")
+    x_test, y_test = data.load_digits("test")
+    x_all, y_all = data.load_digits("all")
+    assert x_all.shape == (1797, 1, 8, 8) and x_all.dtype == torch.float32
+    assert len(y_train) + len(y_test) == 1797 and len(y_test) == 360
+    assert 0.0 <= float(x_all.min()) and float(x_all.max()) == 1.0
+    raw = torch.load(data.DIGITS_FILE, weights_only=True)
+    assert not set(raw["train_index"].tolist()) & set(raw["test_index"].tolist())
+    counts = torch.bincount(y_test, minlength=10)
+    assert counts.min() >= 34 and counts.max() <= 38  # every digit ~10 % of the test set
+
+
+def test_digits_loader():
+    batches = list(data.digits_loader("test", batch_size=100))
+    assert [len(b[1]) for b in batches] == [100, 100, 100, 60]
+    with pytest.raises(ValueError) as info:
+        data.digits_loader("test", batch_size=0)
+    assert one_line(info.value)
+    with pytest.raises(ValueError):
+        data.load_digits("validation")
+
+
+def test_trained_classifier_reaches_its_recorded_accuracy():
+    model = models.digits_classifier("cpu")
+    assert not model.training
+    metrics = models.digits_metrics()
+    x, y = data.load_digits("test")
+    acc = models.accuracy(model, x, y)
+    assert acc >= 0.95
+    assert abs(round(acc * len(y)) - metrics["test_correct"]) <= 1
+    untrained = models.digits_classifier("cpu", trained=False)
+    assert models.accuracy(untrained, x, y) < 0.5  # the checkpoint really is what makes it accurate
+
+
+def test_torchvision_model_builds_without_download():
+    model = models.torchvision_model("resnet18", "cpu")
+    with torch.inference_mode():
+        assert model(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
+    with pytest.raises(ValueError, match="unknown torchvision model"):
+        models.torchvision_model("resnet19")
+
+
+def test_photo_pipeline_decode_resize_normalise():
+    paths = data.photo_paths()
+    assert len(paths) == 6
+    raw = data.read_photo(paths[0])
+    assert raw.dtype == torch.uint8 and raw.shape[0] == 3 and min(raw.shape[1:]) >= 300
+    ds = data.PhotoDataset(size=96, repeat=2)
+    assert len(ds) == 12
+    item = ds[7]
+    assert item.shape == (3, 96, 96) and item.dtype == torch.float32
+    assert -3.0 < float(item.mean()) < 3.0 and float(item.std()) > 0.1  # normalised, not constant
+    with pytest.raises(IndexError):
+        ds[12]
+    with pytest.raises(ValueError):
+        data.PhotoDataset(repeat=0)

@@ -1,0 +1,54 @@
+import matplotlib.pyplot as plt
+import pytest
+from test_roofline import synthetic
+
+from helpers import plotting
+from helpers.timing import Measurement
+
+
+def _m(label, t, noisy=False):
+    spread = [t, t * 2, t, t * 3] if noisy else [t, t * 1.01, t * 0.99, t]
+    return Measurement.from_samples(spread, label=label)
+
+
+def teardown_function():
+    plt.close("all")
+
+
+def test_bars_one_bar_per_measurement_with_error_bars():
+    fig = plotting.bars([_m("eager", 2e-3), _m("compiled", 1e-3, noisy=True)], title="t")
+    ax = fig.axes[0]
+    assert len(ax.patches) == 2
+    assert "ms" in ax.get_xlabel()
+    assert ax.patches[1].get_facecolor()[:3] == pytest.approx(plt.matplotlib.colors.to_rgb(plotting.BAD))
+
+
+def test_vs_batch_two_panels():
+    batches = [1, 2, 4, 8]
+    fig = plotting.vs_batch(batches, [_m(str(b), 1e-3 * (1 + b / 4)) for b in batches])
+    assert len(fig.axes) == 2
+    throughput = fig.axes[0].lines[0].get_ydata()
+    assert list(throughput) == sorted(throughput)  # throughput grows in this synthetic curve
+
+
+def test_roofline_plot_has_a_roof_per_dtype_and_points():
+    fig = plotting.roofline(synthetic(), points=[("add", 0.125, 1e9), ("matmul", 100.0, 80e9)])
+    ax = fig.axes[0]
+    assert len(ax.lines) == 2 + 2
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+
+
+def test_waterfall_marks_regressions():
+    fig = plotting.waterfall(["baseline", "batching", "fp16"], [10.0, 50.0, 40.0])
+    colors = [p.get_facecolor()[:3] for p in fig.axes[0].patches]
+    to_rgb = plt.matplotlib.colors.to_rgb
+    assert colors == [pytest.approx(to_rgb(c)) for c in (plotting.NEUTRAL, plotting.GOOD, plotting.BAD)]
+
+
+def test_plot_bad_input():
+    with pytest.raises(ValueError):
+        plotting.bars([])
+    with pytest.raises(ValueError):
+        plotting.vs_batch([1, 2], [_m("a", 1.0)])
+    with pytest.raises(ValueError):
+        plotting.waterfall(["a"], [])

@@ -1,0 +1,161 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import one_line
+
+from helpers import results
+from helpers.results import Recorder, append_record, load_reference, load_results, read_records, record
+from helpers.timing import Measurement
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _m(label="x"):
+    return Measurement.from_samples([0.001, 0.002, 0.003], label=label, items=2)
+
+
+def test_record_writes_context_to_this_machines_file():
+    rec = record(_m(), notebook="00_environment", experiment="demo", variant="eager", batch=2, dtype="fp32",
+                 metrics={"gb_per_s": 12.5}, extra={"note": "hi"})
+    path = results.results_path()
+    assert path.exists() and path.parent.parent == Path(os.environ["COURSE_OUTPUTS"]).resolve()
+    assert path.name == f"{rec['machine_id']}.jsonl"
+    df = load_results()
+    assert len(df) == 1
+    row = df.iloc[0]
+    assert (row.notebook, row.experiment, row.variant, row.batch, row["dtype"]) == (
+        "00_environment", "demo", "eager", 2, "fp32")
+    assert row["median"] == pytest.approx(0.002) and row["gb_per_s"] == 12.5 and row["extra_note"] == "hi"
+    assert row["mode"] == "quick" and row["device"] == "cpu" and row["v_torch"]
+    assert json.loads(path.read_text())["measurement"]["samples"] == [0.001, 0.002, 0.003]
+
+
+def test_recorder_binds_the_notebook(tmp_path):
+    rec = Recorder("01_bottlenecks", path=tmp_path / "r.jsonl")
+    rec(_m(), experiment="a", variant="b")
+    rec(metrics={"x": 1.0}, experiment="a", variant="c")
+    assert [r["variant"] for r in read_records(tmp_path / "r.jsonl")] == ["b", "c"]
+    assert len(rec.records) == 2 and all(r["notebook"] == "01_bottlenecks" for r in rec.records)
+
+
+@pytest.mark.parametrize(("kwargs", "error"), [
+    ({"notebook": "", "experiment": "e", "variant": "v"}, ValueError),
+    ({"notebook": "n", "experiment": "e", "variant": "v", "batch": 0}, ValueError),
+    ({"notebook": "n", "experiment": "e", "variant": "v", "metrics": {"x": "fast"}}, ValueError),
+    ({"notebook": "n", "experiment": "e", "variant": "v", "extra": {"x": object()}}, ValueError),
+    ({"notebook": "n", "experiment": "e", "variant": "v", "device": "cuda:7"}, ValueError),
+])
+def test_bad_records_are_refused_and_nothing_is_written(tmp_path, kwargs, error):
+    path = tmp_path / "r.jsonl"
+    with pytest.raises(error) as info:
+        record(_m(), path=path, **kwargs)
+    assert one_line(info.value)
+    assert not path.exists()
+
+
+def test_nothing_to_record_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="nothing to record"):
+        record(notebook="n", experiment="e", variant="v", path=tmp_path / "r.jsonl")
+    with pytest.raises(TypeError):
+        record(0.5, notebook="n", experiment="e", variant="v", path=tmp_path / "r.jsonl")
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from helpers.results import append_record
+    path, who, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    while not go.exists():
+        time.sleep(0.001)
+    for i in range(count):
+        # ~20 kB lines: far above the size at which unsynchronised appends interleave
+        append_record({"who": who, "i": i, "payload": [i] * 4000}, path)
+""")
+
+
+def test_two_processes_append_at_once_without_losing_or_mixing_lines(tmp_path):
+    path, go, count = tmp_path / "shared.jsonl", tmp_path / "go", 150
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), who, str(count), str(go)], cwd=REPO)
+             for who in ("a", "b")]
+    time.sleep(1.0)  # both started and waiting
+    go.touch()
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a single torn line would warn
+        records = read_records(path)
+    assert len(records) == 2 * count
+    for who in ("a", "b"):
+        assert [r["i"] for r in records if r["who"] == who] == list(range(count))
+    assert all(len(r["payload"]) == 4000 for r in records)
+
+
+def test_crash_in_the_middle_of_a_write_leaves_the_file_readable(tmp_path, monkeypatch):
+    path = tmp_path / "r.jsonl"
+    append_record({"i": 0}, path)
+    real_write = os.write
+
+    def dies_halfway(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise KeyboardInterrupt("killed mid-write")
+
+    monkeypatch.setattr(results.os, "write", dies_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        append_record({"i": 1, "payload": "x" * 1000}, path)
+    monkeypatch.setattr(results.os, "write", real_write)
+    with pytest.warns(UserWarning, match="skipped 1 incomplete line"):
+        assert [r["i"] for r in read_records(path)] == [0]
+    append_record({"i": 2}, path)  # starts on a fresh line despite the torn one
+    with pytest.warns(UserWarning, match="skipped 1 incomplete line"):
+        assert [r["i"] for r in read_records(path)] == [0, 2]
+
+
+def test_a_killed_writer_leaves_the_file_readable(tmp_path):
+    path, go = tmp_path / "r.jsonl", tmp_path / "go"
+    go.touch()
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), "k", "100000", str(go)], cwd=REPO)
+    deadline = time.time() + 60
+    while (not path.exists() or path.stat().st_size < 200_000) and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the last line may or may not be torn
+        records = read_records(path)
+    assert len(records) >= 5
+    assert [r["i"] for r in records] == list(range(len(records)))
+    append_record({"who": "after", "i": -1}, path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert read_records(path)[-1]["who"] == "after"
+
+
+def test_load_reference_filters(tmp_path):
+    ref = tmp_path / "reference"
+    for machine, value in (("cuda-nvidia-h200", 100.0), ("cpu-intel-xeon-2cpu", 1.0)):
+        rec = results.make_record(metrics={"gflops": value}, notebook="00_environment", experiment="roofline",
+                                  variant="fp32")
+        rec["machine_id"] = machine
+        append_record(rec, ref / f"{machine}.jsonl")
+    df = load_reference(reference_dir=ref)
+    assert len(df) == 2 and set(df.source) == {"cuda-nvidia-h200.jsonl", "cpu-intel-xeon-2cpu.jsonl"}
+    gpu = load_reference(notebook="00_environment", experiment="roofline", machine="h200", reference_dir=ref)
+    assert list(gpu.gflops) == [100.0]
+    assert load_reference(notebook="99_missing", reference_dir=ref).empty
+    assert load_reference(reference_dir=tmp_path / "empty").empty
+
+
+def test_shipped_reference_results_load():
+    files = results.reference_files()
+    assert files, "data/reference/ should ship at least one machine's reference results"
+    df = load_reference()
+    assert len(df) > 0
+    assert {"notebook", "experiment", "variant", "machine_id"} <= set(df.columns)
+    assert df.machine_id.notna().all()

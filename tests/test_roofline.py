@@ -1,0 +1,81 @@
+import pytest
+import torch
+from conftest import one_line
+
+from helpers import roofline as rl
+
+
+def synthetic() -> rl.Roofline:
+    return rl.Roofline(device="cpu", machine_id="test", peak_flops={"fp32": 100e9, "bf16": 400e9},
+                       bandwidth=10e9, dispatch_latency=2e-6)
+
+
+def test_ridge_point_and_attainable():
+    rf = synthetic()
+    assert rf.ridge_point("fp32") == pytest.approx(10.0)
+    assert rf.ridge_point("bf16") == pytest.approx(40.0)
+    assert rf.attainable(1.0) == pytest.approx(10e9)  # memory roof
+    assert rf.attainable(1000.0) == pytest.approx(100e9)  # compute roof
+    assert rf.attainable(10.0) == pytest.approx(100e9)  # the ridge
+
+
+def test_place_memory_and_compute_bound_work():
+    rf = synthetic()
+    # a pointwise op on 1M fp32 elements: 1 FLOP per 8 bytes, at half the bandwidth
+    flops, nbytes = rl.elementwise_cost(1_000_000)
+    assert (flops, nbytes) == (1e6, 8e6)
+    placed = rf.place(flops, nbytes, seconds=nbytes / 5e9)
+    assert placed["bound"] == "memory" and placed["fraction_of_bound"] == pytest.approx(0.5)
+    assert placed["achieved_bytes_per_s"] == pytest.approx(5e9)
+    # a big matmul at 80 % of peak
+    flops, nbytes = rl.matmul_cost(1024, 1024, 1024)
+    assert flops == 2 * 1024**3 and nbytes == 4 * 3 * 1024**2
+    placed = rf.place(flops, nbytes, seconds=flops / 80e9)
+    assert placed["bound"] == "compute" and placed["fraction_of_bound"] == pytest.approx(0.8)
+    assert not placed["overhead_bound"]
+    assert rf.place(1.0, 8.0, seconds=3e-6)["overhead_bound"]
+
+
+def test_roofline_bad_input():
+    rf = synthetic()
+    with pytest.raises(ValueError, match="no peak measured") as info:
+        rf.ridge_point("fp8")
+    assert one_line(info.value)
+    with pytest.raises(ValueError):
+        rf.place(1.0, 1.0, seconds=0)
+    with pytest.raises(ValueError):
+        rl.arithmetic_intensity(1.0, 0)
+    with pytest.raises(ValueError):
+        rl.matmul_flops("int3")
+
+
+def test_measurements_are_real_and_positive():
+    flops, m = rl.matmul_flops("fp32", "cpu", n=128, repeats=3)
+    assert flops > 1e6 and m.n == 3 and m.median > 0
+    assert flops == pytest.approx(2 * 128**3 / m.median)
+    bw, m = rl.memory_bandwidth("cpu", nbytes=8 * 2**20, repeats=3)
+    assert bw > 1e8 and bw == pytest.approx(2 * 8 * 2**20 / m.median)
+    latency, m = rl.dispatch_latency("cpu", repeats=3)
+    assert 0 < latency < 1e-3 and m.number > 1
+
+
+def test_measure_roofline_quick():
+    rf = rl.measure_roofline("cpu")
+    assert set(rf.peak_flops) == {"fp32", "bf16"}
+    assert rf.bandwidth > 0 and rf.dispatch_latency > 0 and not rf.h2d_bandwidth
+    assert len(rf.measurements) == 4
+    table = rf.table()
+    assert "memory bandwidth" in table.index and "ridge point fp32" in table.index
+    assert rf.to_dict()["machine_id"] == rf.machine_id
+
+
+def test_h2d_needs_a_gpu(no_gpu):
+    with pytest.raises(ValueError, match="needs a CUDA GPU") as info:
+        rl.h2d_bandwidth()
+    assert one_line(info.value)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host→device copies exist only with a GPU")
+def test_h2d_on_gpu():
+    bw, m = rl.h2d_bandwidth(nbytes=16 * 2**20, repeats=3)
+    assert bw > 1e8
