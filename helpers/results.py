@@ -112,7 +112,9 @@ def append_record(record: Mapping[str, Any], path: str | os.PathLike[str]) -> Pa
     try:
         line = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"record cannot be stored ({exc}); put only numbers, strings, lists and dicts in it.") from None
+        raise ValueError(
+            f"record cannot be stored ({exc}); put only numbers, strings, lists and dicts in it."
+        ) from None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
