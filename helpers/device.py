@@ -7,6 +7,7 @@ import platform
 import re
 import sys
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -89,6 +90,25 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def last_level_cache_bytes() -> int | None:
+    """Size of the CPU's largest cache as the OS reports it (Linux sysfs), or None where unknown.
+
+    In a VM this is often the host's cache, not what the guest effectively gets: measure (notebook 00 does).
+    """
+    best = None
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            size = int(digits) * scale
+            best = size if best is None else max(best, size)
+    return best
+
+
 def _slug(text: str) -> str:
     text = re.sub(r"\((r|tm|c)\)", "", text.lower())
     text = re.sub(r"\b(cpu|processor|with radeon graphics|\d+-core)\b", "", text)
@@ -137,6 +157,7 @@ def environment_report(device: DeviceLike = None) -> dict[str, Any]:
         "usable_cpus": usable_cpus(),
         "torch_threads": torch.get_num_threads(),
         "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "last_level_cache_mib": (lambda c: round(c / 2**20, 1) if c else None)(last_level_cache_bytes()),
     }
     try:
         import torchvision

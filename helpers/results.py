@@ -166,10 +166,9 @@ class Recorder:
         self.path = path
         self.records: list[dict[str, Any]] = []
 
-    def __call__(self, measurement: Measurement | None = None, **context: Any) -> dict[str, Any]:
-        rec = record(measurement, notebook=self.notebook, path=self.path, **context)
-        self.records.append(rec)
-        return rec
+    def __call__(self, measurement: Measurement | None = None, **context: Any) -> None:
+        """Record and keep the record in ``self.records`` (returns nothing, so a notebook cell stays quiet)."""
+        self.records.append(record(measurement, notebook=self.notebook, path=self.path, **context))
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -213,7 +212,10 @@ def to_frame(records: list[dict[str, Any]]) -> Any:
                 row[key] = m[key]
         row.update({f"extra_{k}": v for k, v in (rec.get("extra") or {}).items()})
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if "batch" in frame:
+        frame["batch"] = frame["batch"].astype("Int64")  # stays an integer column despite missing values
+    return frame
 
 
 def load_results(path: str | os.PathLike[str] | None = None, device: DeviceLike = None) -> Any:
@@ -254,3 +256,35 @@ def load_reference(
     if machine is not None:
         df = df[df["machine_id"].str.contains(machine, case=False, regex=False)]
     return df.reset_index(drop=True)
+
+
+def reference_table(notebook: str, experiment: str, machine: str | None = "cuda",
+                    columns: list[str] | None = None) -> Any:
+    """The reference rows for one experiment, ready to show beside this machine's numbers.
+
+    When no such reference ships yet, prints one line saying so (and how to produce one) and returns
+    ``None``, so a notebook never fails, and never pretends, for lack of a reference.
+    """
+    df = load_reference(notebook=notebook, experiment=experiment, machine=machine)
+    if df.empty:
+        where = f"a {machine} machine" if machine else "any machine"
+        print(f"No reference result for {notebook}/{experiment} from {where} ships with the course yet; "
+              "`make full-run` on such a machine produces one (see data/reference/README.md).")
+        return None
+    keep = ["machine_id", "variant", "batch", "dtype", "median", "iqr", "throughput"] + (columns or [])
+    keep = [c for c in keep if c in df.columns and df[c].notna().any()]
+    return df[keep]
+
+
+def show_reference(notebook: str, experiment: str, machine: str | None = "cuda",
+                   columns: list[str] | None = None) -> None:
+    """Display :func:`reference_table` in a notebook (or print it elsewhere); says so when none ships."""
+    table = reference_table(notebook, experiment, machine=machine, columns=columns)
+    if table is None:
+        return
+    try:
+        from IPython.display import display
+
+        display(table)
+    except ImportError:  # pragma: no cover - plain Python
+        print(table.to_string())

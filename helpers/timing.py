@@ -305,14 +305,17 @@ def benchmark(
     )
 
 
-def compare(measurements: Sequence[Measurement], baseline: int | str = 0) -> Any:
+def compare(measurements: Sequence[Measurement], baseline: int | str | None = 0) -> Any:
     """A table (pandas DataFrame) of measurements with the speed-up of each against ``baseline``
-    (an index or a label). Speed-ups are ratios of medians, measured here, never typed in."""
+    (an index or a label; ``None`` for a table of unrelated workloads, without speed-ups).
+    Speed-ups are ratios of medians, measured here, never typed in."""
     import pandas as pd
 
     if not measurements:
         raise ValueError("compare() needs at least one Measurement.")
-    if isinstance(baseline, str):
+    if baseline is None:
+        base = None
+    elif isinstance(baseline, str):
         labels = [m.label for m in measurements]
         if baseline not in labels:
             raise ValueError(f"baseline {baseline!r} is not one of the labels {labels}.")
@@ -327,7 +330,8 @@ def compare(measurements: Sequence[Measurement], baseline: int | str = 0) -> Any
             "IQR": format_seconds(m.iqr),
             "p95": format_seconds(m.p95),
             "first call": format_seconds(m.first_call) if m.first_call is not None else "",
-            "speed-up": round(base.median / m.median, 2) if m.median > 0 else float("nan"),
+            "speed-up": round(base.median / m.median, 2) if base is not None and m.median > 0 else None,
             "noisy": "⚠" if m.noisy else "",
         })
-    return pd.DataFrame(rows).set_index("variant")
+    table = pd.DataFrame(rows).set_index("variant")
+    return table.drop(columns="speed-up") if base is None else table

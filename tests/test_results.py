@@ -43,7 +43,8 @@ def test_recorder_binds_the_notebook(tmp_path):
     rec(_m(), experiment="a", variant="b")
     rec(metrics={"x": 1.0}, experiment="a", variant="c")
     assert [r["variant"] for r in read_records(tmp_path / "r.jsonl")] == ["b", "c"]
-    assert len(rec.records) == 2 and all(r["notebook"] == "01_bottlenecks" for r in rec.records)
+    assert rec(metrics={"y": 2.0}, experiment="a", variant="d") is None  # quiet in a notebook cell
+    assert len(rec.records) == 3 and all(r["notebook"] == "01_bottlenecks" for r in rec.records)
 
 
 @pytest.mark.parametrize(("kwargs", "error"), [
@@ -150,6 +151,13 @@ def test_load_reference_filters(tmp_path):
     assert list(gpu.gflops) == [100.0]
     assert load_reference(notebook="99_missing", reference_dir=ref).empty
     assert load_reference(reference_dir=tmp_path / "empty").empty
+
+
+def test_reference_table_says_when_nothing_ships(capsys):
+    assert results.reference_table("99_missing", "nothing") is None
+    assert "No reference result for 99_missing/nothing" in capsys.readouterr().out
+    assert results.show_reference("99_missing", "nothing") is None
+    assert "No reference result" in capsys.readouterr().out
 
 
 def test_shipped_reference_results_load():

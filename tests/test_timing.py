@@ -145,6 +145,7 @@ def test_compare_speedups_come_from_medians():
     table = compare([slow, fast], baseline="eager")
     assert table.loc["eager", "speed-up"] == 1.0
     assert table.loc["compiled", "speed-up"] == 4.0
+    assert "speed-up" not in compare([slow, fast], baseline=None).columns
     with pytest.raises(ValueError, match="baseline"):
         compare([slow, fast], baseline="missing")
 
