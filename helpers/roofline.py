@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .device import DeviceLike, choose_device, last_level_cache_bytes, machine_id
-from .modes import pick
+from .modes import course_mode, pick
 from .timing import Measurement, benchmark
 
 _DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -34,13 +34,15 @@ def default_dtypes(device: DeviceLike = None) -> list[str]:
 
 @contextmanager
 def _matmul_precision(dtype_name: str) -> Iterator[None]:
-    """tf32 is fp32 storage with TensorFloat-32 tensor-core math: ``set_float32_matmul_precision('high')``."""
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high" if dtype_name == "tf32" else "highest")
+    """tf32 is fp32 storage with TensorFloat-32 tensor-core math. Uses the fp32_precision API of
+    PyTorch ≥ 2.9 (``allow_tf32`` is being deprecated, and mixing the two APIs warns)."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "tf32" if dtype_name == "tf32" else "ieee"
     try:
         yield
     finally:
-        torch.set_float32_matmul_precision(before)
+        matmul.fp32_precision = before
 
 
 def matmul_flops(
@@ -218,3 +220,32 @@ def measure_roofline(device: DeviceLike = None, dtypes: list[str] | None = None)
             measurements.append(m)
     return Roofline(device=str(dev), machine_id=machine_id(dev), peak_flops=peaks, bandwidth=bandwidth,
                     dispatch_latency=latency, h2d_bandwidth=h2d, measurements=measurements)
+
+
+def compare_with_reference(rf: Roofline | None = None) -> Any:
+    """One row per machine: the rooflines recorded in ``data/reference/`` by notebook 00, plus ``rf`` (this
+    machine, when given), in readable units."""
+    import pandas as pd
+
+    from .results import load_reference
+
+    rows: dict[str, dict[str, float]] = {}
+    ref = load_reference(notebook="00_environment", experiment="roofline")
+    for _, r in ref.iterrows():
+        row = rows.setdefault(f"{r['machine_id']} (reference, {r['mode']} mode)", {})
+        variant = r["variant"]
+        if variant.startswith("matmul "):
+            row[f"{variant.split()[1]} GFLOP/s"] = r["flops"] / 1e9
+        elif variant == "memory bandwidth":
+            row["memory GB/s"] = r["bytes_per_s"] / 1e9
+        elif variant == "dispatch latency":
+            row["µs per tiny op"] = r["seconds"] * 1e6
+        elif variant.startswith("host to device"):
+            row[f"H2D {variant.split()[-1]} GB/s"] = r["bytes_per_s"] / 1e9
+    if rf is not None:
+        row = rows.setdefault(f"{rf.machine_id} (this run, {course_mode()} mode)", {})
+        row.update({f"{k} GFLOP/s": v / 1e9 for k, v in rf.peak_flops.items()})
+        row["memory GB/s"] = rf.bandwidth / 1e9
+        row["µs per tiny op"] = rf.dispatch_latency * 1e6
+        row.update({f"H2D {k} GB/s": v / 1e9 for k, v in rf.h2d_bandwidth.items()})
+    return pd.DataFrame.from_dict(rows, orient="index").round(2)

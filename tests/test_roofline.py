@@ -79,3 +79,11 @@ def test_h2d_needs_a_gpu(no_gpu):
 def test_h2d_on_gpu():
     bw, m = rl.h2d_bandwidth(nbytes=16 * 2**20, repeats=3)
     assert bw > 1e8
+
+
+def test_compare_with_reference_has_this_run_and_the_shipped_machines():
+    table = rl.compare_with_reference(synthetic())
+    assert "test (this run, quick mode)" in table.index
+    assert table.loc["test (this run, quick mode)", "fp32 GFLOP/s"] == 100.0
+    assert table.loc["test (this run, quick mode)", "memory GB/s"] == 10.0
+    assert any("(reference, full mode)" in name for name in table.index)
