@@ -2,6 +2,9 @@
 # it is already up to date) and need only Python 3.11 and access to the package registry.
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+ifeq ($(PYTHON),)
+$(error no python3.11 or python3 found: install Python 3.11 (on Debian/Ubuntu: python3.11 python3.11-venv), or set PYTHON=/path/to/python3.11)
+endif
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -18,7 +21,7 @@ setup: $(STAMP)
 # Re-installs only when requirements.txt or pyproject.toml change (or the venv is missing).
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), "Python 3.11+ is needed (found " + sys.version.split()[0] + "); set PYTHON=/path/to/python3.11"'
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { echo "could not create $(VENV): on Debian/Ubuntu install python3.11-venv"; rm -rf $(VENV); exit 1; }
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $(STAMP)
@@ -31,10 +34,11 @@ lint: setup
 	$(BIN)/ruff check helpers tests scripts notebooks
 
 test-helpers: setup
-	COURSE_MODE=quick $(BIN)/python -m pytest tests
+	COURSE_MODE=quick $(BIN)/python -m pytest --durations=5 tests
 
+# Their records go to outputs/test, not into your own results file.
 test-notebooks: setup
-	COURSE_MODE=quick $(BIN)/python -m pytest --nbmake --nbmake-timeout=600 notebooks
+	COURSE_MODE=quick COURSE_OUTPUTS=$(CURDIR)/outputs/test $(BIN)/python -m pytest --durations=0 --nbmake --nbmake-timeout=600 notebooks
 
 # What CI runs (.ci/run): lint, the helpers' unit tests, then every notebook in quick mode.
 test: lint test-helpers test-notebooks

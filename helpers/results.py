@@ -57,7 +57,7 @@ def _clean(value: Any) -> Any:
     if isinstance(value, torch.dtype | torch.device):
         return str(value).replace("torch.", "")
     if hasattr(value, "item") and callable(value.item):  # numpy scalars
-        return value.item()
+        value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
@@ -85,7 +85,10 @@ def make_record(
         raise ValueError("nothing to record: pass a Measurement, or metrics={'name': value}.")
     if measurement is not None and not isinstance(measurement, Measurement):
         raise TypeError(f"measurement must be a helpers.timing.Measurement, got {type(measurement).__name__}.")
-    for key, value in (metrics or {}).items():
+    metrics = _clean(dict(metrics or {}))  # numpy / tensor scalars become plain numbers
+    for key, value in metrics.items():
+        if value is None:
+            continue  # a NaN or inf: stored as null
         if not isinstance(value, int | float) or isinstance(value, bool):
             raise ValueError(f"metric {key!r}={value!r} is not a number; metrics hold numbers only.")
     dev = choose_device(device if device is not None else (measurement.device if measurement else None))
@@ -100,7 +103,7 @@ def make_record(
         "machine_id": machine_id(dev),
         "mode": course_mode(),
         "versions": _versions(),
-        "metrics": dict(metrics or {}),
+        "metrics": metrics,
         "measurement": measurement.to_dict() if measurement is not None else None,
         "extra": dict(extra or {}),
     }
@@ -157,17 +160,22 @@ def record(
 
 
 class Recorder:
-    """``record`` bound to one notebook: ``rec = Recorder("00_environment"); rec(m, experiment=..., variant=...)``."""
+    """``record`` bound to one notebook (and its device):
+    ``rec = Recorder("00_environment", device); rec(m, experiment=..., variant=...)``."""
 
-    def __init__(self, notebook: str, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, notebook: str, device: DeviceLike = None, path: str | os.PathLike[str] | None = None) -> None:
         if not isinstance(notebook, str) or not notebook.strip():
             raise ValueError("Recorder needs the notebook's name, e.g. Recorder('00_environment').")
         self.notebook = notebook
+        self.device = None if device is None else choose_device(device)
         self.path = path
         self.records: list[dict[str, Any]] = []
 
     def __call__(self, measurement: Measurement | None = None, **context: Any) -> None:
-        """Record and keep the record in ``self.records`` (returns nothing, so a notebook cell stays quiet)."""
+        """Record and keep the record in ``self.records`` (returns nothing, so a notebook cell stays quiet).
+        The device is, in order: ``device=`` here, the measurement's device, the Recorder's device."""
+        if "device" not in context and measurement is None and self.device is not None:
+            context["device"] = self.device
         self.records.append(record(measurement, notebook=self.notebook, path=self.path, **context))
 
 
@@ -218,9 +226,15 @@ def to_frame(records: list[dict[str, Any]]) -> Any:
     return frame
 
 
-def load_results(path: str | os.PathLike[str] | None = None, device: DeviceLike = None) -> Any:
-    """This machine's results (or those in ``path``) as a DataFrame."""
-    return to_frame(read_records(path if path is not None else results_path(device)))
+def load_results(path: str | os.PathLike[str] | None = None) -> Any:
+    """This machine's results as a DataFrame: every results file in the outputs folder (one per device
+    it has run on: ``cpu-…`` and ``cuda-…`` on a GPU machine), or only the file ``path``."""
+    if path is not None:
+        return to_frame(read_records(path))
+    records: list[dict[str, Any]] = []
+    for file in sorted((outputs_dir() / "results").glob("*.jsonl")):
+        records.extend(read_records(file))
+    return to_frame(records)
 
 
 def reference_files() -> list[Path]:

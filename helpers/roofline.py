@@ -35,7 +35,11 @@ def default_dtypes(device: DeviceLike = None) -> list[str]:
 @contextmanager
 def _matmul_precision(dtype_name: str) -> Iterator[None]:
     """tf32 is fp32 storage with TensorFloat-32 tensor-core math. Uses the fp32_precision API of
-    PyTorch ≥ 2.9 (``allow_tf32`` is being deprecated, and mixing the two APIs warns)."""
+    PyTorch ≥ 2.9 (``allow_tf32`` is being deprecated, and mixing the two APIs warns).
+
+    Caveat: the new setter does not update the legacy global. While "tf32" is set, reading the legacy API
+    (``torch.get_float32_matmul_precision()``, ``allow_tf32``) raises a "mix of the legacy and new APIs" error,
+    which is why this is a short-lived context manager that restores the previous value."""
     matmul = torch.backends.cuda.matmul
     before = matmul.fp32_precision
     matmul.fp32_precision = "tf32" if dtype_name == "tf32" else "ieee"
@@ -74,18 +78,22 @@ def memory_bandwidth(
     """
     dev = choose_device(device)
     if nbytes is None:
-        if dev.type == "cpu":
-            llc = last_level_cache_bytes() or 0
-            nbytes = max(pick(256, 512) * 2**20, min(2 * llc, 2**30))
-        else:
-            nbytes = pick(256, 1024) * 2**20
-    if nbytes < 4:
-        raise ValueError(f"nbytes={nbytes} is too small; pass at least a few MB to measure bandwidth.")
+        nbytes = beyond_cache_bytes(dev, pick(256, 512) * 2**20) if dev.type == "cpu" else pick(256, 1024) * 2**20
+    if nbytes < 2**20:
+        raise ValueError(f"nbytes={nbytes} is too small to measure bandwidth; pass at least 1 MiB (2**20).")
     repeats = repeats if repeats is not None else pick(5, 20)
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=dev).uniform_()
     dst = torch.empty_like(src)
     m = benchmark(dst.copy_, src, label=f"copy {nbytes / 2**20:.0f} MiB", device=dev, repeats=repeats, warmup=2)
     return 2 * src.numel() * 4 / m.min, m
+
+
+def beyond_cache_bytes(device: DeviceLike = None, minimum: int = 256 * 2**20) -> int:
+    """A buffer size that lives in main memory, not in a cache: at least ``minimum``, and on a CPU twice the
+    OS-reported last-level cache (capped at 1 GiB, since a VM may report the host's whole cache)."""
+    if choose_device(device).type != "cpu":
+        return minimum
+    return max(minimum, min(2 * (last_level_cache_bytes() or 0), 2**30))
 
 
 def h2d_bandwidth(
@@ -98,6 +106,8 @@ def h2d_bandwidth(
             "where the compute is. Use load_reference(...) to see a GPU's result."
         )
     dev = choose_device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"host→device bandwidth is measured into a CUDA device, not {dev}; use device='cuda'.")
     nbytes = nbytes if nbytes is not None else pick(64, 256) * 2**20
     repeats = repeats if repeats is not None else pick(5, 20)
     host = torch.empty(nbytes // 4, dtype=torch.float32).uniform_()

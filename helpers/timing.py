@@ -86,12 +86,14 @@ class Measurement:
         return cls(samples=tuple(float(s) for s in samples), **kwargs)
 
     @classmethod
-    def from_torch(cls, m: Any, label: str | None = None) -> Measurement:
-        """Convert a ``torch.utils.benchmark.Measurement`` (its ``times`` are already per call)."""
+    def from_torch(cls, m: Any, label: str | None = None, device: DeviceLike = None) -> Measurement:
+        """Convert a ``torch.utils.benchmark.Measurement`` (its ``times`` are already per call).
+        ``device`` is where the timed code ran (default: what ``choose_device()`` picks)."""
         return cls(
             samples=tuple(float(t) for t in m.times),
             label=label if label is not None else (m.description or m.sub_label or m.label or "torch.utils.benchmark"),
             number=int(m.number_per_run),
+            device=str(choose_device(device)),
             timer="torch.utils.benchmark",
         )
 
@@ -192,7 +194,7 @@ def _infer_device(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     if isinstance(fn, torch.nn.Module):
         for p in fn.parameters():
             return p.device
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return choose_device()  # a closure over its tensors: pass device= when it is not the default device
 
 
 def _check_int(name: str, value: Any, minimum: int, hint: str) -> None:
@@ -222,7 +224,8 @@ def benchmark(
     4. on CUDA each sample is bracketed by CUDA events (one synchronisation at the end); elsewhere by
        ``time.perf_counter`` with a device sync before the clock stops.
 
-    ``device`` defaults to the device of the first tensor argument (or the module's parameters).
+    ``device`` defaults to the device of the first tensor argument (or the module's parameters), else to
+    ``choose_device()``: pass it explicitly when timing a closure that runs elsewhere.
     ``max_time`` (seconds) stops sampling early once at least 3 samples are in, to keep quick runs quick.
     ``items`` (inputs per call, e.g. the batch size) enables ``Measurement.throughput``.
     """
@@ -273,16 +276,19 @@ def benchmark(
     try:
         if dev.type == "cuda":
             events = []
-            for _ in range(repeats):
-                start_event = torch.cuda.Event(enable_timing=True)
-                end_event = torch.cuda.Event(enable_timing=True)
-                start_event.record()
-                for _ in range(number):
-                    call()
-                end_event.record()
-                events.append((start_event, end_event))
-                if max_time is not None and len(events) >= 3 and time.perf_counter() - begin > max_time:
-                    break
+            with torch.cuda.device(dev):  # events are recorded on this device's current stream
+                for _ in range(repeats):
+                    start_event = torch.cuda.Event(enable_timing=True)
+                    end_event = torch.cuda.Event(enable_timing=True)
+                    start_event.record()
+                    for _ in range(number):
+                        call()
+                    end_event.record()
+                    events.append((start_event, end_event))
+                    if max_time is not None:
+                        end_event.synchronize()  # the host clock must see finished work, not queued work
+                        if len(events) >= 3 and time.perf_counter() - begin > max_time:
+                            break
             torch.cuda.synchronize(dev)
             samples = [s.elapsed_time(e) / 1e3 / number for s, e in events]
             timer = "cuda events"
@@ -321,6 +327,8 @@ def compare(measurements: Sequence[Measurement], baseline: int | str | None = 0)
             raise ValueError(f"baseline {baseline!r} is not one of the labels {labels}.")
         base = measurements[labels.index(baseline)]
     else:
+        if not -len(measurements) <= baseline < len(measurements):
+            raise ValueError(f"baseline={baseline} is not an index of the {len(measurements)} measurements.")
         base = measurements[baseline]
     rows = []
     for m in measurements:

@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work / "results", ignore_errors=True)
     os.environ["COURSE_MODE"] = args.mode
     os.environ["COURSE_OUTPUTS"] = str(work)
+    # The kernels import helpers from this checkout even where it is not pip-installed (a GPU box's own torch).
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
     sys.path.insert(0, str(REPO))
     import helpers

@@ -1,5 +1,7 @@
 import logging
 import os
+import subprocess
+import sys
 import warnings
 
 import torch
@@ -31,7 +33,11 @@ def test_pin_memory_warning_only_is_filtered():
 
 
 def test_kineto_is_quiet_only_without_a_gpu():
-    if torch.cuda.is_available():
-        assert os.environ.get("KINETO_LOG_LEVEL") != "5" or "KINETO_LOG_LEVEL" in os.environ
-    else:
-        assert os.environ["KINETO_LOG_LEVEL"] == "5"
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    probe = "import os, helpers; print(os.environ.get('KINETO_LOG_LEVEL'))"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ("None" if torch.cuda.is_available() else "5")
+    # a value the user chose is never overridden
+    out = subprocess.run([sys.executable, "-c", probe], env={**env, "KINETO_LOG_LEVEL": "1"},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"

@@ -39,7 +39,7 @@ def test_record_writes_context_to_this_machines_file():
 
 
 def test_recorder_binds_the_notebook(tmp_path):
-    rec = Recorder("01_bottlenecks", path=tmp_path / "r.jsonl")
+    rec = Recorder("01_bottlenecks", "cpu", path=tmp_path / "r.jsonl")
     rec(_m(), experiment="a", variant="b")
     rec(metrics={"x": 1.0}, experiment="a", variant="c")
     assert [r["variant"] for r in read_records(tmp_path / "r.jsonl")] == ["b", "c"]
@@ -52,7 +52,7 @@ def test_recorder_binds_the_notebook(tmp_path):
     ({"notebook": "n", "experiment": "e", "variant": "v", "batch": 0}, ValueError),
     ({"notebook": "n", "experiment": "e", "variant": "v", "metrics": {"x": "fast"}}, ValueError),
     ({"notebook": "n", "experiment": "e", "variant": "v", "extra": {"x": object()}}, ValueError),
-    ({"notebook": "n", "experiment": "e", "variant": "v", "device": "cuda:7"}, ValueError),
+    ({"notebook": "n", "experiment": "e", "variant": "v", "device": "cuda:999"}, ValueError),
 ])
 def test_bad_records_are_refused_and_nothing_is_written(tmp_path, kwargs, error):
     path = tmp_path / "r.jsonl"
@@ -60,6 +60,22 @@ def test_bad_records_are_refused_and_nothing_is_written(tmp_path, kwargs, error)
         record(_m(), path=path, **kwargs)
     assert one_line(info.value)
     assert not path.exists()
+
+
+def test_numpy_metrics_and_nan_are_stored(tmp_path):
+    import numpy as np
+
+    record(metrics={"a": np.float32(1.5), "b": float("nan"), "c": np.float64("nan")}, notebook="n",
+           experiment="e", variant="v", path=tmp_path / "r.jsonl")
+    assert read_records(tmp_path / "r.jsonl")[0]["metrics"] == {"a": 1.5, "b": None, "c": None}
+
+
+def test_load_results_merges_every_device_file():
+    rec = results.make_record(metrics={"x": 1.0}, notebook="n", experiment="e", variant="v")
+    append_record(rec, results.results_path())
+    other = dict(rec, machine_id="cuda-some-gpu", device="cuda")
+    append_record(other, results.results_path().parent / "cuda-some-gpu.jsonl")
+    assert set(load_results().machine_id) == {rec["machine_id"], "cuda-some-gpu"}
 
 
 def test_nothing_to_record_is_refused(tmp_path):
@@ -73,17 +89,29 @@ WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from helpers.results import append_record
+    import os
+    import helpers.results as results
     path, who, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    real_write = os.write
+
+    def write_in_two_halves(fd, data):
+        # Split every line into two writes with a pause between: without the file lock, the other
+        # writer's line would land in the middle and both lines would be corrupt.
+        half = max(1, len(data) // 2)
+        written = real_write(fd, data[:half])
+        time.sleep(0.0005)
+        return written + real_write(fd, data[half:])
+
+    results.os.write = write_in_two_halves
     while not go.exists():
         time.sleep(0.001)
     for i in range(count):
-        # ~20 kB lines: far above the size at which unsynchronised appends interleave
         append_record({"who": who, "i": i, "payload": [i] * 4000}, path)
 """)
 
 
 def test_two_processes_append_at_once_without_losing_or_mixing_lines(tmp_path):
-    path, go, count = tmp_path / "shared.jsonl", tmp_path / "go", 150
+    path, go, count = tmp_path / "shared.jsonl", tmp_path / "go", 100
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), who, str(count), str(go)], cwd=REPO)
              for who in ("a", "b")]
     time.sleep(1.0)  # both started and waiting
