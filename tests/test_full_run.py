@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -17,7 +18,8 @@ def _notebook(path: Path, source: str) -> None:
     nbformat.write(nb, path)
 
 
-def test_full_run_executes_collects_and_reports_failures(tmp_path):
+@pytest.mark.parametrize("executor", ["kernel", "plain"])
+def test_full_run_executes_collects_and_reports_failures(tmp_path, executor):
     books = tmp_path / "books"
     books.mkdir()
     _notebook(books / "00_ok.ipynb", "\n".join([
@@ -26,21 +28,23 @@ def test_full_run_executes_collects_and_reports_failures(tmp_path):
         "m = helpers.benchmark(sum, [1, 2, 3], repeats=3)",
         "helpers.record(m, notebook='00_ok', experiment='e', variant='v')",
         "print('ran', m.median > 0)",
+        "m.n",  # the value of a cell's last expression is kept
     ]))
     _notebook(books / "01_broken.ipynb", "raise RuntimeError('on purpose')")
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "full_run.py"), str(out), "--mode", "quick",
-         "--notebooks", str(books), "--timeout", "120"],
+         "--notebooks", str(books), "--timeout", "120", "--executor", executor],
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # one notebook failed, and the run says so
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["mode"] == "quick" and summary["environment"]["torch"]
+    assert summary["mode"] == "quick" and summary["environment"]["torch"] and summary["executor"] == executor
     assert summary["notebooks"]["00_ok"]["status"] == "ok"
     assert summary["notebooks"]["01_broken"]["status"] == "failed"
     assert "on purpose" in summary["notebooks"]["01_broken"]["error"]
     executed = nbformat.read(out / "executed" / "00_ok.ipynb", as_version=4)
-    assert "ran True" in executed.cells[0].outputs[0]["text"]
+    texts = "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in executed.cells[0].outputs)
+    assert "ran True" in texts and "3" in texts
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(records) == 1 and records[0]["notebook"] == "00_ok" and records[0]["mode"] == "quick"
