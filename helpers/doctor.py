@@ -1,0 +1,226 @@
+"""The bottleneck doctor: given a model (or any callable) and an example input, run three simple tests and
+say which regime it is in, with the evidence.
+
+1. **Batch doubling** (Horace He's test): time the call at batch B and 2B. If the time barely grows, the
+   work is not what costs: the call is *overhead-bound* (dispatch, launches, Python). If it doubles, the
+   work costs, and the next test says which kind.
+2. **Arithmetic intensity against the machine balance**: FLOPs (``torch.utils.flop_counter`` for matmuls
+   and convolutions, plus an estimate of one FLOP per output element for every other op) over the bytes
+   each op reads and writes in eager mode (every aten op's tensor inputs and outputs; views move nothing).
+   Below this machine's ridge point: *memory-bound*; above: *compute-bound*.
+3. **Dispatch share**: ops per call × this machine's per-op dispatch/launch latency, over the measured time.
+   A large share means fewer, bigger ops (batching, fusion, CUDA graphs) will help more than anything else.
+
+Use it on your own model: ``diagnose(model, example_input, rf)`` with ``rf = roofline.measure_roofline()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode  # the standard hook for counting aten ops
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
+
+from .device import DeviceLike, choose_device
+from .modes import pick
+from .roofline import Roofline
+from .timing import Measurement, benchmark
+
+#: time(2B) / time(B) below this: the work hardly matters, overhead does.
+OVERHEAD_GROWTH = 1.3
+#: ops × dispatch latency above this share of the time: overhead-bound whatever the growth says.
+OVERHEAD_SHARE = 0.5
+
+
+#: ops that dispatch but move no data: allocations without initialisation, and views not flagged as such
+_NO_TRAFFIC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "_unsafe_view", "alias",
+               "detach", "lift_fresh"}
+
+
+class _OpCounter(TorchDispatchMode):
+    """Counts aten ops, the bytes they read and write (eager mode: nothing is fused), and one FLOP per output
+    element of the ops that FlopCounterMode does not count (pointwise ops, reductions)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+        self.bytes = 0
+        self.other_flops = 0
+        self.names: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        # Composite ops (matmul, linear under inference_mode) run as the kernels they decompose into:
+        # count those, as a GPU or CPU would launch them.
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        self.ops += 1
+        self.names[name] = self.names.get(name, 0) + 1
+        if not func.is_view and name not in _NO_TRAFFIC:
+            tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs, out)) if isinstance(a, torch.Tensor)]
+            self.bytes += sum(t.numel() * t.element_size() for t in tensors)
+            if func.overloadpacket not in flop_registry:
+                outputs = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+                self.other_flops += sum(t.numel() for t in outputs if t.is_floating_point())
+        return out
+
+
+@dataclass
+class OpCount:
+    """What one call does: aten ops launched, FLOPs, and bytes moved (unfused)."""
+
+    ops: int
+    flops: float
+    bytes: float
+    by_op: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else 0.0
+
+
+@torch.inference_mode()
+def count_ops(fn: Callable[..., Any], *args: Any) -> OpCount:
+    """Run ``fn(*args)`` once and count its aten ops, FLOPs and eager memory traffic."""
+    counter = _OpCounter()
+    flop_mode = FlopCounterMode(display=False)
+    with flop_mode, counter:
+        fn(*args)
+    flops = float(flop_mode.get_total_flops() + counter.other_flops)
+    return OpCount(ops=counter.ops, flops=flops, bytes=float(counter.bytes),
+                   by_op=dict(sorted(counter.names.items(), key=lambda kv: -kv[1])))
+
+
+@dataclass
+class Diagnosis:
+    """The doctor's verdict for one call at one batch size, and the evidence for it."""
+
+    regime: str
+    batch: int
+    time: Measurement
+    time_doubled: Measurement
+    growth: float
+    counts: OpCount
+    dispatch_share: float
+    ridge_point: float
+    achieved_flops: float
+    achieved_bytes_per_s: float
+    fraction_of_compute_roof: float
+    fraction_of_memory_roof: float
+    reasons: list[str]
+
+    def row(self) -> dict[str, Any]:
+        """One line of a comparison table."""
+        return {
+            "batch": self.batch,
+            "regime": self.regime,
+            "median": self.time.median,
+            "time ×, batch ×2": round(self.growth, 2),
+            "ops/call": self.counts.ops,
+            "dispatch share": round(self.dispatch_share, 2),
+            "FLOP/byte": round(self.counts.intensity, 2),
+            "ridge": round(self.ridge_point, 1),
+            "% compute roof": round(100 * self.fraction_of_compute_roof, 1),
+            "% memory roof": round(100 * self.fraction_of_memory_roof, 1),
+        }
+
+    def explain(self) -> str:
+        return f"batch {self.batch}: {self.regime}-bound. " + " ".join(self.reasons)
+
+
+def _double_batch(x: torch.Tensor, batch_dim: int) -> torch.Tensor:
+    return torch.cat([x, x], dim=batch_dim)
+
+
+def diagnose(
+    model: Callable[..., Any],
+    example: torch.Tensor,
+    rf: Roofline,
+    *,
+    dtype: str = "fp32",
+    batch_dim: int = 0,
+    device: DeviceLike = None,
+    repeats: int | None = None,
+) -> Diagnosis:
+    """Diagnose ``model(example)``: see the module docstring for the three tests and their thresholds.
+
+    ``rf`` is this machine's measured roofline (``roofline.measure_roofline``); ``dtype`` picks which
+    compute roof to compare against.
+    """
+    if not callable(model):
+        raise TypeError(f"diagnose() needs a model or function, got {type(model).__name__}.")
+    if not isinstance(example, torch.Tensor) or example.dim() == 0:
+        raise ValueError("diagnose() needs an example input tensor with a batch dimension, e.g. torch.randn(8, 784).")
+    if not -example.dim() <= batch_dim < example.dim():
+        raise ValueError(f"batch_dim={batch_dim} is not a dimension of an input of shape {tuple(example.shape)}.")
+    batch = example.shape[batch_dim]
+    if batch < 1:
+        raise ValueError("the example input's batch is empty; give it at least one item.")
+    dev = choose_device(device) if device is not None else example.device
+    repeats = repeats if repeats is not None else pick(7, 25)
+    doubled = _double_batch(example, batch_dim)
+
+    def call(x: torch.Tensor) -> Any:
+        with torch.inference_mode():
+            return model(x)
+
+    t1 = benchmark(call, example, label=f"batch {batch}", device=dev, repeats=repeats, items=batch)
+    t2 = benchmark(call, doubled, label=f"batch {2 * batch}", device=dev, repeats=repeats, items=2 * batch)
+    growth = t2.median / t1.median
+    counts = count_ops(model, example)
+    dispatch_share = min(1.0, counts.ops * rf.dispatch_latency / t1.median)
+    ridge = rf.ridge_point(dtype)
+    achieved_flops = counts.flops / t1.median
+    achieved_bytes = counts.bytes / t1.median
+
+    reasons = [f"Doubling the batch made the call {growth:.2f}× slower;"]
+    if growth < OVERHEAD_GROWTH or dispatch_share >= OVERHEAD_SHARE:
+        regime = "overhead"
+        reasons.append(
+            f"{counts.ops} ops × {rf.dispatch_latency * 1e6:.2f} µs of dispatch would be {dispatch_share:.0%} of "
+            "the time. The work is not what costs: batch more, or cut the number of ops (fusion, CUDA graphs)."
+        )
+    elif counts.intensity < ridge:
+        regime = "memory"
+        reasons.append(
+            f"it does {counts.intensity:.2f} FLOP per byte moved, below this machine's ridge point of {ridge:.1f}: "
+            f"moving data costs more than computing ({achieved_bytes / rf.bandwidth:.0%} of the memory roof). "
+            "Move fewer bytes: fuse ops, use smaller dtypes."
+        )
+    else:
+        regime = "compute"
+        reasons.append(
+            f"it does {counts.intensity:.1f} FLOP per byte, above the ridge point of {ridge:.1f}, and reaches "
+            f"{achieved_flops / rf.peak_flops[dtype]:.0%} of the {dtype} compute roof. "
+            "Use faster math: bf16/fp16 or tf32 tensor cores, int8."
+        )
+    return Diagnosis(
+        regime=regime, batch=batch, time=t1, time_doubled=t2, growth=growth, counts=counts,
+        dispatch_share=dispatch_share, ridge_point=ridge, achieved_flops=achieved_flops,
+        achieved_bytes_per_s=achieved_bytes, fraction_of_compute_roof=achieved_flops / rf.peak_flops[dtype],
+        fraction_of_memory_roof=achieved_bytes / rf.bandwidth, reasons=reasons,
+    )
+
+
+def diagnose_batches(
+    model: Callable[..., Any],
+    make_input: Callable[[int], torch.Tensor],
+    batches: list[int],
+    rf: Roofline,
+    **kwargs: Any,
+) -> tuple[list[Diagnosis], Any]:
+    """:func:`diagnose` at several batch sizes; returns the diagnoses and a table (pandas DataFrame)."""
+    import pandas as pd
+
+    if not batches or any(not isinstance(b, int) or b < 1 for b in batches):
+        raise ValueError(f"batches={batches!r} must be a non-empty list of integers ≥ 1.")
+    diagnoses = [diagnose(model, make_input(b), rf, **kwargs) for b in batches]
+    return diagnoses, pd.DataFrame([d.row() for d in diagnoses]).set_index("batch")
