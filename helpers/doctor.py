@@ -1,15 +1,18 @@
 """The bottleneck doctor: given a model (or any callable) and an example input, run three simple tests and
 say which regime it is in, with the evidence.
 
-1. **Batch doubling** (Horace He's test): time the call at batch B and 2B. If the time barely grows, the
-   work is not what costs: the call is *overhead-bound* (dispatch, launches, Python). If it doubles, the
-   work costs, and the next test says which kind.
+1. **Batch doubling** (Horace He's test): time the call at batch B and 2B. If the time doubles, the work
+   per item is what costs. If it barely grows, either the call is *overhead-bound* (dispatch, launches,
+   Python) or its time goes to something a bigger batch shares, such as reading the weights.
 2. **Arithmetic intensity against the machine balance**: FLOPs (``torch.utils.flop_counter`` for matmuls
    and convolutions, plus an estimate of one FLOP per output element for every other op) over the bytes
    each op reads and writes in eager mode (every aten op's tensor inputs and outputs; views move nothing).
    Below this machine's ridge point: *memory-bound*; above: *compute-bound*.
-3. **Dispatch share**: ops per call × this machine's per-op dispatch/launch latency, over the measured time.
-   A large share means fewer, bigger ops (batching, fusion, CUDA graphs) will help more than anything else.
+3. **Time explained by the work**: the roofline time of the work, ``max(FLOPs / peak, bytes / bandwidth)``,
+   over the measured time; and the **dispatch share**, ops per call × this machine's per-op dispatch/launch
+   latency over the measured time. When the work explains under a quarter of the time, or dispatch alone
+   half of it, the call is overhead-bound whatever its intensity: fewer, bigger ops (batching, fusion, CUDA
+   graphs) will help more than anything else.
 
 Use it on your own model: ``diagnose(model, example_input, rf)`` with ``rf = roofline.measure_roofline()``.
 """
@@ -29,10 +32,12 @@ from .modes import pick
 from .roofline import Roofline
 from .timing import Measurement, benchmark
 
-#: time(2B) / time(B) below this: the work hardly matters, overhead does.
-OVERHEAD_GROWTH = 1.3
-#: ops × dispatch latency above this share of the time: overhead-bound whatever the growth says.
+#: time(2B) / time(B) below this: a bigger batch is almost free (overhead, or shared weight reads).
+FLAT_GROWTH = 1.3
+#: ops × dispatch latency above this share of the time: overhead-bound.
 OVERHEAD_SHARE = 0.5
+#: the work at the roofs would take less than this share of the measured time: overhead-bound.
+EXPLAINED_MIN = 0.25
 
 
 #: ops that dispatch but move no data: allocations without initialisation, and views not flagged as such
@@ -108,6 +113,7 @@ class Diagnosis:
     time: Measurement
     time_doubled: Measurement
     growth: float
+    explained: float
     counts: OpCount
     dispatch_share: float
     ridge_point: float
@@ -126,6 +132,7 @@ class Diagnosis:
             "time ×, batch ×2": round(self.growth, 2),
             "ops/call": self.counts.ops,
             "dispatch share": round(self.dispatch_share, 2),
+            "work explains": round(self.explained, 2),
             "FLOP/byte": round(self.counts.intensity, 2),
             "ridge": round(self.ridge_point, 1),
             "% compute roof": round(100 * self.fraction_of_compute_roof, 1),
@@ -180,30 +187,38 @@ def diagnose(
     ridge = rf.ridge_point(dtype)
     achieved_flops = counts.flops / t1.median
     achieved_bytes = counts.bytes / t1.median
+    work_time = max(counts.flops / rf.peak_flops[dtype], counts.bytes / rf.bandwidth)
+    explained = work_time / t1.median
 
-    reasons = [f"Doubling the batch made the call {growth:.2f}× slower;"]
-    if growth < OVERHEAD_GROWTH or dispatch_share >= OVERHEAD_SHARE:
+    reasons = [f"Doubling the batch made the call {growth:.2f}× slower."]
+    if dispatch_share >= OVERHEAD_SHARE or explained < EXPLAINED_MIN:
         regime = "overhead"
         reasons.append(
-            f"{counts.ops} ops × {rf.dispatch_latency * 1e6:.2f} µs of dispatch would be {dispatch_share:.0%} of "
-            "the time. The work is not what costs: batch more, or cut the number of ops (fusion, CUDA graphs)."
+            f"At this machine's roofs its work would take {explained:.0%} of the measured time, and "
+            f"{counts.ops} ops × {rf.dispatch_latency * 1e6:.2f} µs of dispatch at least {dispatch_share:.0%}: "
+            "the work is not what costs. Batch more, or cut the number of ops (fusion, CUDA graphs)."
         )
     elif counts.intensity < ridge:
         regime = "memory"
+        fraction = achieved_bytes / rf.bandwidth
         reasons.append(
-            f"it does {counts.intensity:.2f} FLOP per byte moved, below this machine's ridge point of {ridge:.1f}: "
-            f"moving data costs more than computing ({achieved_bytes / rf.bandwidth:.0%} of the memory roof). "
-            "Move fewer bytes: fuse ops, use smaller dtypes."
+            f"It does {counts.intensity:.2f} FLOP per byte moved, below this machine's ridge point of {ridge:.1f}: "
+            f"moving data costs more than computing ({fraction:.0%} of the memory roof"
+            + ("; above 100 % because part of the data is served from caches)." if fraction > 1 else ").")
+            + " Move fewer bytes: fuse ops, use smaller dtypes."
         )
     else:
         regime = "compute"
         reasons.append(
-            f"it does {counts.intensity:.1f} FLOP per byte, above the ridge point of {ridge:.1f}, and reaches "
+            f"It does {counts.intensity:.1f} FLOP per byte, above the ridge point of {ridge:.1f}, and reaches "
             f"{achieved_flops / rf.peak_flops[dtype]:.0%} of the {dtype} compute roof. "
             "Use faster math: bf16/fp16 or tf32 tensor cores, int8."
         )
+    if regime != "overhead" and growth < FLAT_GROWTH:
+        reasons.append("The time barely grew with the batch: it goes to data every item shares (the weights), "
+                       "so a bigger batch is almost free.")
     return Diagnosis(
-        regime=regime, batch=batch, time=t1, time_doubled=t2, growth=growth, counts=counts,
+        regime=regime, batch=batch, time=t1, time_doubled=t2, growth=growth, explained=explained, counts=counts,
         dispatch_share=dispatch_share, ridge_point=ridge, achieved_flops=achieved_flops,
         achieved_bytes_per_s=achieved_bytes, fraction_of_compute_roof=achieved_flops / rf.peak_flops[dtype],
         fraction_of_memory_roof=achieved_bytes / rf.bandwidth, reasons=reasons,

@@ -132,3 +132,25 @@ def waterfall(steps: Sequence[str], values: Sequence[float], metric: str = "thro
     ax.set_title(title or f"{metric}, step by step (red: a regression on this machine)")
     fig.tight_layout()
     return fig
+
+
+def lines(x: Sequence[float], series: dict[str, Sequence[float]], xlabel: str, ylabel: str, title: str = "",
+          logx: bool = True, logy: bool = False, hline: tuple[str, float] | None = None, ax: Any = None) -> Any:
+    """Several measured curves against one x (sizes, batch sizes, op counts), optionally with a reference
+    line ``hline = (label, y)`` such as a roof."""
+    if not series or any(len(ys) != len(x) for ys in series.values()):
+        raise ValueError("lines() needs at least one series, each with one value per x.")
+    apply_style()
+    fig, ax = (ax.figure, ax) if ax is not None else plt.subplots()
+    for i, (label, ys) in enumerate(series.items()):
+        ax.plot(x, ys, "o-", color=PALETTE[i % len(PALETTE)], label=label)
+    if hline is not None:
+        ax.axhline(hline[1], color=BAD, linestyle="--", label=hline[0])
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

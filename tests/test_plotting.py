@@ -45,6 +45,14 @@ def test_waterfall_marks_regressions():
     assert colors == [pytest.approx(to_rgb(c)) for c in (plotting.NEUTRAL, plotting.GOOD, plotting.BAD)]
 
 
+def test_lines_one_curve_per_series_and_a_roof():
+    fig = plotting.lines([1, 2, 4], {"a": [1, 2, 3], "b": [3, 2, 1]}, "x", "y", hline=("roof", 4.0))
+    ax = fig.axes[0]
+    assert len(ax.lines) == 3 and ax.get_xscale() == "log"
+    with pytest.raises(ValueError):
+        plotting.lines([1, 2], {"a": [1]}, "x", "y")
+
+
 def test_plot_bad_input():
     with pytest.raises(ValueError):
         plotting.bars([])
