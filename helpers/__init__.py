@@ -1,7 +1,8 @@
 """Shared helpers for the GPU inference optimization course.
 
 One concept per module: ``device`` (choose, sync, report), ``timing`` (Measurement, benchmark),
-``roofline`` (this machine's limits), ``results`` (record and load), ``plotting`` (one style),
+``roofline`` (this machine's limits), ``doctor`` (which regime a model is in),
+``results`` (record and load), ``plotting`` (one style),
 ``data`` and ``models`` (the shipped data and the course models), ``modes`` (quick/full),
 ``noise`` (the known-harmless warnings, handled in one place; installed on import).
 """

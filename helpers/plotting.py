@@ -100,7 +100,7 @@ def roofline(rf: Roofline, points: Sequence[tuple[str, float, float]] = (), titl
                 label=f"{name}: {peak / 1e9:,.0f} GFLOP/s, ridge {rf.ridge_point(name):.1f} FLOP/B")
     for j, (label, x, y) in enumerate(points):
         ax.plot([x], [y], "o", color=PALETTE[(j + 2) % len(PALETTE)], markersize=8)
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, -12), fontsize=9)
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, -12 if j % 2 == 0 else 6), fontsize=9)
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="FLOP/s")
     ax.set_title(title or f"roofline of {rf.machine_id}: memory {rf.bandwidth / 1e9:.1f} GB/s")
     ax.legend(fontsize=8, loc="lower right")

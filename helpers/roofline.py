@@ -88,12 +88,12 @@ def memory_bandwidth(
     return 2 * src.numel() * 4 / m.min, m
 
 
-def beyond_cache_bytes(device: DeviceLike = None, minimum: int = 256 * 2**20) -> int:
+def beyond_cache_bytes(device: DeviceLike = None, minimum: int = 256 * 2**20, cap: int = 2**30) -> int:
     """A buffer size that lives in main memory, not in a cache: at least ``minimum``, and on a CPU twice the
-    OS-reported last-level cache (capped at 1 GiB, since a VM may report the host's whole cache)."""
+    OS-reported last-level cache, up to ``cap`` (a VM may report the host's whole cache)."""
     if choose_device(device).type != "cpu":
         return minimum
-    return max(minimum, min(2 * (last_level_cache_bytes() or 0), 2**30))
+    return max(minimum, min(2 * (last_level_cache_bytes() or 0), cap))
 
 
 def h2d_bandwidth(

@@ -66,6 +66,7 @@ def test_measurements_are_real_and_positive():
 def test_beyond_cache_is_at_least_the_minimum():
     size = rl.beyond_cache_bytes("cpu", 2**20)
     assert 2**20 <= size <= 2**30
+    assert rl.beyond_cache_bytes("cpu", 2**20, cap=2**21) <= 2**21
 
 
 def test_measure_roofline_quick():
