@@ -10,9 +10,11 @@ say which regime it is in, with the evidence.
    Below this machine's ridge point: *memory-bound*; above: *compute-bound*.
 3. **Time explained by the work**: the roofline time of the work, ``max(FLOPs / peak, bytes / bandwidth)``,
    over the measured time; and the **dispatch share**, ops per call × this machine's per-op dispatch/launch
-   latency over the measured time. When the work explains under a quarter of the time, or dispatch alone
-   half of it, the call is overhead-bound whatever its intensity: fewer, bigger ops (batching, fusion, CUDA
-   graphs) will help more than anything else.
+   latency over the measured time. When dispatch alone is half the time, or the work explains under a
+   quarter of it *and* the time does not grow with the batch, the call is overhead-bound: fewer, bigger ops
+   (batching, fusion, CUDA graphs) will help more than anything else. When the work explains little but the
+   time does grow with the batch, the kernels themselves are inefficient for these shapes: the verdict
+   follows the intensity and says so.
 
 Use it on your own model: ``diagnose(model, example_input, rf)`` with ``rf = roofline.measure_roofline()``.
 """
@@ -45,6 +47,15 @@ _NO_TRAFFIC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_s
                "detach", "lift_fresh"}
 
 
+def _unique(values: Any) -> list[torch.Tensor]:
+    seen, tensors = set(), []
+    for v in values:
+        if isinstance(v, torch.Tensor) and id(v) not in seen:
+            seen.add(id(v))
+            tensors.append(v)
+    return tensors
+
+
 class _OpCounter(TorchDispatchMode):
     """Counts aten ops, the bytes they read and write (eager mode: nothing is fused), and one FLOP per output
     element of the ops that FlopCounterMode does not count (pointwise ops, reductions)."""
@@ -54,6 +65,7 @@ class _OpCounter(TorchDispatchMode):
         self.ops = 0
         self.bytes = 0
         self.other_flops = 0
+        self.host_reads = 0
         self.names: dict[str, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
@@ -69,23 +81,31 @@ class _OpCounter(TorchDispatchMode):
         name = func.overloadpacket.__name__
         self.ops += 1
         self.names[name] = self.names.get(name, 0) + 1
+        inputs = _unique(a for a in torch.utils._pytree.tree_leaves(
+            (args[1:] if name == "copy_" else args, {k: v for k, v in kwargs.items() if k != "out"})))
+        outputs = _unique(torch.utils._pytree.tree_leaves(out))
+        # a value read back to Python (.item(), bool(tensor)), or a copy from a device to the host (.cpu(), .tolist())
+        if name == "_local_scalar_dense" or (
+                any(t.device.type != "cpu" for t in inputs) and any(t.device.type == "cpu" for t in outputs)):
+            self.host_reads += 1
         if not func.is_view and name not in _NO_TRAFFIC:
-            tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs, out)) if isinstance(a, torch.Tensor)]
-            self.bytes += sum(t.numel() * t.element_size() for t in tensors)
+            # bytes read (each input tensor once; copy_'s destination and out= are only written) + bytes written
+            self.bytes += sum(t.numel() * t.element_size() for t in inputs + outputs)
             if func.overloadpacket not in flop_registry:
-                outputs = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
                 self.other_flops += sum(t.numel() for t in outputs if t.is_floating_point())
         return out
 
 
 @dataclass
 class OpCount:
-    """What one call does: aten ops launched, FLOPs, and bytes moved (unfused)."""
+    """What one call does: aten ops launched, FLOPs, bytes moved (unfused), and values read back to the host
+    (each a synchronisation on a GPU)."""
 
     ops: int
     flops: float
     bytes: float
     by_op: dict[str, int] = field(default_factory=dict)
+    host_reads: int = 0
 
     @property
     def intensity(self) -> float:
@@ -101,7 +121,7 @@ def count_ops(fn: Callable[..., Any], *args: Any) -> OpCount:
         fn(*args)
     flops = float(flop_mode.get_total_flops() + counter.other_flops)
     return OpCount(ops=counter.ops, flops=flops, bytes=float(counter.bytes),
-                   by_op=dict(sorted(counter.names.items(), key=lambda kv: -kv[1])))
+                   by_op=dict(sorted(counter.names.items(), key=lambda kv: -kv[1])), host_reads=counter.host_reads)
 
 
 @dataclass
@@ -190,8 +210,9 @@ def diagnose(
     work_time = max(counts.flops / rf.peak_flops[dtype], counts.bytes / rf.bandwidth)
     explained = work_time / t1.median
 
-    reasons = [f"Doubling the batch made the call {growth:.2f}× slower."]
-    if dispatch_share >= OVERHEAD_SHARE or explained < EXPLAINED_MIN:
+    reasons = [f"Doubling the batch took {growth:.2f}× the time."]
+    flat = growth < FLAT_GROWTH
+    if dispatch_share >= OVERHEAD_SHARE or (flat and explained < EXPLAINED_MIN):
         regime = "overhead"
         reasons.append(
             f"At this machine's roofs its work would take {explained:.0%} of the measured time, and "
@@ -214,9 +235,15 @@ def diagnose(
             f"{achieved_flops / rf.peak_flops[dtype]:.0%} of the {dtype} compute roof. "
             "Use faster math: bf16/fp16 or tf32 tensor cores, int8."
         )
-    if regime != "overhead" and growth < FLAT_GROWTH:
+    if regime != "overhead" and explained < EXPLAINED_MIN:
+        reasons.append(f"But the work at the roofs would take only {explained:.0%} of the time: the kernels are "
+                       "inefficient for these shapes (small or strided work), far from both roofs.")
+    if regime == "memory" and flat:
         reasons.append("The time barely grew with the batch: it goes to data every item shares (the weights), "
                        "so a bigger batch is almost free.")
+    elif regime == "compute" and flat:
+        reasons.append("The time barely grew with the batch: the machine is not saturated yet, so a bigger batch "
+                       "is almost free.")
     return Diagnosis(
         regime=regime, batch=batch, time=t1, time_doubled=t2, growth=growth, explained=explained, counts=counts,
         dispatch_share=dispatch_share, ridge_point=ridge, achieved_flops=achieved_flops,

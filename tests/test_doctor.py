@@ -40,7 +40,20 @@ def test_count_ops_counts_ops_flops_and_bytes():
     assert counts.flops == 2 * 8 * 64 * 32 + 8 * 32  # matmul + one per relu output
     assert counts.bytes == 4 * ((8 * 64 + 64 * 32 + 8 * 32) + (8 * 32 + 8 * 32))
     views = doctor.count_ops(lambda x: x.t().reshape(-1), torch.randn(4, 4))
-    assert views.bytes < 4 * 16 * 3  # a view moves nothing; only the reshape's copy of a transposed tensor
+    assert views.bytes == 4 * 16 * 2  # the views move nothing; the reshape of a transposed tensor copies it once
+    dst = torch.empty(100)
+    assert doctor.count_ops(lambda x: dst.copy_(x), torch.randn(100)).bytes == 800  # read src, write dst
+    assert doctor.count_ops(lambda x: torch.relu_(x), torch.randn(100)).bytes == 800  # read, write in place
+    out = torch.empty(100)
+    assert doctor.count_ops(lambda x: torch.add(x, x, out=out), torch.randn(100)).bytes == 800
+
+
+def test_count_ops_counts_reads_back_to_python():
+    def reads(x):
+        return [float(v.sum()) for v in x]
+
+    assert doctor.count_ops(reads, torch.randn(3, 4)).host_reads == 3
+    assert doctor.count_ops(lambda x: x.sum(dim=1), torch.randn(3, 4)).host_reads == 0
 
 
 def test_loop_of_tiny_ops_is_overhead_bound(rf):
@@ -54,6 +67,11 @@ def test_large_elementwise_op_is_memory_bound(rf):
     d = doctor.diagnose(lambda x: x.clamp_(-1, 1).mul_(0.5), torch.randn(4, 2**21), rf)
     assert d.regime == "memory", d.explain()
     assert d.counts.intensity < 1 and d.explained > doctor.EXPLAINED_MIN
+
+
+def test_transposed_copy_is_memory_bound(rf):
+    d = doctor.diagnose(lambda x: x.t().contiguous(), torch.randn(2048, 2048), rf, batch_dim=0)
+    assert d.regime == "memory", d.explain()
 
 
 def test_matrix_vector_product_with_large_weights_is_memory_bound(rf):
