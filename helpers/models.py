@@ -35,6 +35,52 @@ class DigitsCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
+class DigitsMLP(nn.Module):
+    """A wide MLP on the flattened 8×8 digits: 64 → hidden → hidden → 10. Most of its time and bytes are in
+    the hidden × hidden matrix, which makes it the course's "large layers" model."""
+
+    def __init__(self, hidden: int = 1024, num_classes: int = 10) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Flatten(), nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(hidden, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def train_classifier(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, epochs: int = 20,
+                     batch_size: int = 64, lr: float = 2e-3, seed: int = 0, shift_augment: bool = True) -> nn.Module:
+    """Train ``model`` on digit images (N×1×8×8) with AdamW and a cosine schedule; returns it in eval mode.
+
+    ``shift_augment`` rolls each batch by up to one pixel so the model does not memorise positions.
+    """
+    if epochs < 1 or batch_size < 1:
+        raise ValueError("epochs and batch_size must be at least 1.")
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    device = next(model.parameters()).device
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+    for _ in range(epochs):
+        perm = torch.randperm(len(images), generator=generator)
+        for start in range(0, len(perm), batch_size):
+            idx = perm[start:start + batch_size]
+            xb = images[idx]
+            if shift_augment:
+                shifts = tuple(torch.randint(-1, 2, (2,), generator=generator).tolist())
+                xb = torch.roll(xb, shifts=shifts, dims=(2, 3))
+            loss = loss_fn(model(xb.to(device)), labels[idx].to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        sched.step()
+    return model.eval()
+
+
 def digits_classifier(device: DeviceLike = None, trained: bool = True) -> DigitsCNN:
     """The digits classifier in eval mode, with the shipped trained weights (loaded ``weights_only=True``)."""
     model = DigitsCNN()

@@ -13,11 +13,10 @@ import sys
 from pathlib import Path
 
 import torch
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from helpers.data import load_digits  # noqa: E402
-from helpers.models import DIGITS_CHECKPOINT, DIGITS_METRICS, DigitsCNN, accuracy  # noqa: E402
+from helpers.models import DIGITS_CHECKPOINT, DIGITS_METRICS, DigitsCNN, accuracy, train_classifier  # noqa: E402
 
 EPOCHS = 40
 BATCH = 64
@@ -25,28 +24,9 @@ LR = 2e-3
 
 
 def main() -> None:
-    torch.manual_seed(0)
     x_train, y_train = load_digits("train")
     x_test, y_test = load_digits("test")
-    model = DigitsCNN()
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=EPOCHS)
-    loss_fn = nn.CrossEntropyLoss()
-    for epoch in range(EPOCHS):
-        model.train()
-        perm = torch.randperm(len(x_train))
-        for start in range(0, len(perm), BATCH):
-            idx = perm[start:start + BATCH]
-            # light augmentation: shift by up to one pixel, so the model does not memorise positions
-            xb = torch.roll(x_train[idx], shifts=tuple(torch.randint(-1, 2, (2,)).tolist()), dims=(2, 3))
-            loss = loss_fn(model(xb), y_train[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        sched.step()
-        if epoch % 10 == 9 or epoch == EPOCHS - 1:
-            model.eval()
-            print(f"epoch {epoch + 1}: loss {loss.item():.4f}, test accuracy {accuracy(model, x_test, y_test):.4f}")
+    model = train_classifier(DigitsCNN(), x_train, y_train, epochs=EPOCHS, batch_size=BATCH, lr=LR, seed=0)
     model.eval()
     test_acc = accuracy(model, x_test, y_test)
     train_acc = accuracy(model, x_train, y_train)

@@ -73,3 +73,13 @@ def test_photo_pipeline_decode_resize_normalise():
         ds[12]
     with pytest.raises(ValueError):
         data.PhotoDataset(repeat=0)
+
+
+def test_train_classifier_learns_the_digits():
+    x, y = data.load_digits("train")
+    model = models.train_classifier(models.DigitsMLP(hidden=128), x, y, epochs=15, shift_augment=False)
+    assert not model.training
+    x_test, y_test = data.load_digits("test")
+    assert models.accuracy(model, x_test, y_test) >= 0.9
+    with pytest.raises(ValueError):
+        models.train_classifier(models.DigitsMLP(hidden=8), x, y, epochs=0)

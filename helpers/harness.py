@@ -1,0 +1,133 @@
+"""Compare model variants (precisions, quantizations, runtimes) on the same footing: speed, size, memory,
+accuracy and agreement with the fp32 reference. Correctness is measured before anything is timed."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .device import DeviceLike, choose_device, sync
+from .timing import Measurement, benchmark
+
+
+def model_size_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's serialised ``state_dict`` (what you would ship): works for quantized tensor
+    subclasses and packed legacy weights alike, unlike counting ``parameters()``."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model_size_bytes() needs an nn.Module, got {type(model).__name__}.")
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    return buffer.getbuffer().nbytes
+
+
+def peak_memory_bytes(fn: Callable[[], Any], device: DeviceLike = None, calls: int = 3) -> int:
+    """Peak memory *added* while ``fn()`` runs ``calls`` times, above what was in use before.
+
+    On CUDA: the caching allocator's peak (``max_memory_allocated``). On a CPU, where ``torch.cuda`` would
+    report 0, the process's resident memory (RSS) is sampled every ~0.2 ms by a thread: an estimate that
+    misses spikes shorter than that and counts anything else the process allocates meanwhile.
+    """
+    if not callable(fn):
+        raise TypeError("peak_memory_bytes() needs a function of no arguments, e.g. lambda: model(x).")
+    dev = choose_device(device)
+    if dev.type == "cuda":
+        sync(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        base = torch.cuda.memory_allocated(dev)
+        for _ in range(calls):
+            fn()
+        sync(dev)
+        return max(0, torch.cuda.max_memory_allocated(dev) - base)
+    import psutil
+
+    process = psutil.Process()
+    base = process.memory_info().rss
+    peak = base
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, process.memory_info().rss)
+            time.sleep(0.0002)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        for _ in range(calls):
+            fn()
+        sync(dev)
+    finally:
+        done.set()
+        sampler.join()
+    return max(0, max(peak, process.memory_info().rss) - base)
+
+
+def agreement(reference: torch.Tensor, output: torch.Tensor) -> dict[str, float]:
+    """How close a variant's logits are to the fp32 reference: max absolute difference and top-1 agreement."""
+    if reference.shape != output.shape:
+        raise ValueError(f"shapes differ: reference {tuple(reference.shape)} vs output {tuple(output.shape)}.")
+    ref, out = reference.float().cpu(), output.float().cpu()
+    return {
+        "max_abs_diff": float((ref - out).abs().max()),
+        "top1_agreement": float((ref.argmax(dim=-1) == out.argmax(dim=-1)).float().mean()),
+    }
+
+
+@torch.inference_mode()
+def predict(fn: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, batch_size: int = 512,
+            prepare: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """Logits of ``fn`` over ``images`` in batches (``prepare`` converts each batch, e.g. to half)."""
+    outs = []
+    for start in range(0, len(images), batch_size):
+        x = images[start:start + batch_size]
+        outs.append(fn(prepare(x) if prepare else x).float().cpu())
+    return torch.cat(outs)
+
+
+def evaluate(
+    name: str,
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    model: torch.nn.Module | None,
+    bench_input: torch.Tensor,
+    test_images: torch.Tensor,
+    test_labels: torch.Tensor,
+    reference_logits: torch.Tensor,
+    prepare: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    device: DeviceLike = None,
+    repeats: int = 10,
+) -> tuple[dict[str, Any], Measurement]:
+    """Evaluate one variant: accuracy and agreement first, then latency/throughput, size and peak memory.
+
+    ``fn`` takes a batch (already on the device); ``prepare`` converts the fp32 batch for it (``.half()`` …);
+    ``model`` is what is measured for size (None when the variant is not a module, e.g. an ONNX session).
+    """
+    dev = choose_device(device)
+    logits = predict(fn, test_images, prepare=prepare)
+    accuracy = float((logits.argmax(dim=1) == test_labels.cpu()).float().mean())
+    agree = agreement(reference_logits, logits)
+    x = prepare(bench_input) if prepare else bench_input
+
+    def call() -> Any:
+        with torch.inference_mode():
+            return fn(x)
+
+    m = benchmark(call, label=name, device=dev, repeats=repeats, items=len(bench_input))
+    row = {
+        "variant": name,
+        "accuracy": accuracy,
+        **agree,
+        "median_s": m.median,
+        "iqr_s": m.iqr,
+        "items_per_s": m.throughput,
+        "first_call_s": m.first_call,
+        "size_bytes": model_size_bytes(model) if model is not None else None,
+        "peak_mem_bytes": peak_memory_bytes(call, dev),
+    }
+    return row, m

@@ -1,0 +1,51 @@
+import copy
+
+import pytest
+import torch
+
+from helpers import harness
+from helpers.data import load_digits
+from helpers.models import digits_classifier
+
+
+def test_model_size_counts_what_is_shipped():
+    model = torch.nn.Linear(100, 100)
+    size = harness.model_size_bytes(model)
+    assert 4 * (100 * 100 + 100) <= size < 4 * (100 * 100 + 100) + 4096
+    assert harness.model_size_bytes(copy.deepcopy(model).half()) < 0.6 * size
+    with pytest.raises(TypeError):
+        harness.model_size_bytes(lambda x: x)
+
+
+def test_peak_memory_sees_a_large_allocation():
+    def allocate():
+        t = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+        return float(t[-1])
+
+    assert harness.peak_memory_bytes(allocate, "cpu", calls=1) >= 32 * 2**20
+    assert harness.peak_memory_bytes(lambda: None, "cpu") < 16 * 2**20
+    with pytest.raises(TypeError):
+        harness.peak_memory_bytes("not callable")
+
+
+def test_agreement():
+    ref = torch.tensor([[1.0, 2.0], [3.0, 0.0]])
+    assert harness.agreement(ref, ref) == {"max_abs_diff": 0.0, "top1_agreement": 1.0}
+    flipped = torch.tensor([[1.0, 2.5], [0.0, 3.0]])
+    assert harness.agreement(ref, flipped) == {"max_abs_diff": 3.0, "top1_agreement": 0.5}
+    with pytest.raises(ValueError):
+        harness.agreement(ref, ref[:1])
+
+
+def test_evaluate_fp32_and_bf16_on_the_digits():
+    model = digits_classifier("cpu")
+    x, y = load_digits("test")
+    ref = harness.predict(model, x)
+    row, m = harness.evaluate("fp32", model, model=model, bench_input=x[:64], test_images=x, test_labels=y,
+                              reference_logits=ref, repeats=3)
+    assert row["accuracy"] >= 0.95 and row["top1_agreement"] == 1.0 and row["max_abs_diff"] == 0.0
+    assert row["size_bytes"] > 100_000 and m.items == 64 and row["items_per_s"] > 0
+    bf16 = copy.deepcopy(model).bfloat16()
+    row, _ = harness.evaluate("bf16", bf16, model=bf16, bench_input=x[:64], test_images=x, test_labels=y,
+                              reference_logits=ref, prepare=lambda t: t.bfloat16(), repeats=3)
+    assert row["accuracy"] >= 0.93 and row["top1_agreement"] >= 0.95 and 0 < row["max_abs_diff"] < 1.0
