@@ -2,16 +2,22 @@
 
 One concept per module: ``device`` (choose, sync, report), ``timing`` (Measurement, benchmark),
 ``roofline`` (this machine's limits), ``doctor`` (which regime a model is in),
-``results`` (record and load), ``plotting`` (one style),
+``harness`` (compare variants: speed, size, memory, accuracy), ``results`` (record and load),
+``plotting`` (one style),
 ``data`` and ``models`` (the shipped data and the course models), ``modes`` (quick/full),
 ``noise`` (the known-harmless warnings, handled in one place; installed on import).
 """
 
 from __future__ import annotations
 
+import os as _os
+
 from . import noise as _noise
+from .paths import outputs_dir as _outputs_dir
 
 _noise.install()
+# torch.compile's caches go to the ignored outputs folder, so a re-run compiles in seconds, not tens of seconds.
+_os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_outputs_dir() / "inductor-cache"))
 
 from .device import choose_device, environment_report, machine_id, sync  # noqa: E402
 from .modes import course_mode, pick  # noqa: E402

@@ -131,3 +131,27 @@ def evaluate(
         "peak_mem_bytes": peak_memory_bytes(call, dev),
     }
     return row, m
+
+
+def pareto_front(rows: list[dict[str, Any]], minimize: tuple[str, ...] = ("median_s", "size_bytes"),
+                 maximize: tuple[str, ...] = ("accuracy",)) -> list[bool]:
+    """For each row, whether it is Pareto-optimal: no other row is at least as good on every criterion and
+    strictly better on one. Rows with a missing value on a criterion are never optimal."""
+    keys = minimize + maximize
+    if not rows:
+        return []
+
+    def valid(r: dict[str, Any]) -> bool:
+        return all(r.get(k) is not None for k in keys)
+
+    def as_good(a: dict[str, Any], b: dict[str, Any]) -> bool:  # a at least as good as b everywhere
+        return all(a[k] <= b[k] for k in minimize) and all(a[k] >= b[k] for k in maximize)
+
+    front = []
+    for r in rows:
+        if not valid(r):
+            front.append(False)
+            continue
+        dominated = any(valid(o) and o is not r and as_good(o, r) and not as_good(r, o) for o in rows)
+        front.append(not dominated)
+    return front

@@ -15,6 +15,12 @@ Each filter below matches one exact message, and each says why it is harmless. A
 4. ONNX Runtime (the ``onnxruntime-gpu`` build) logs two red lines when a session asks for the CUDA
    provider on a machine without a GPU and falls back to the CPU. On such a machine its default log
    severity is raised to errors-only (3); on a GPU machine its warnings are left alone.
+5. torchao 0.18 registers an Enum with ``torch.utils._pytree.register_constant``, which torch 2.14 logs as
+   deprecated (*"… is an Enum subclass and is now natively supported by torch.compile …"*) at import. It is
+   torchao's internal call, nothing a learner can change, and it works.
+6. Compiling a torchao-quantized model warns *"Int8Tensor does not implement _stable_hash_for_caching"*:
+   AOTAutograd's cache skips that tensor subclass, so the graph is recompiled instead of being loaded from
+   the cache. Correctness is unaffected; the first call's time (reported apart) shows the cost.
 """
 
 from __future__ import annotations
@@ -54,6 +60,13 @@ def install() -> None:
     logger = logging.getLogger("torch.utils.cpp_extension")
     if not any(isinstance(f, _DropMessage) for f in logger.filters):
         logger.addFilter(_DropMessage(_CUDA_HOME))
+    # 5. one logger, one message
+    pytree = logging.getLogger("torch.utils._pytree")
+    if not any(isinstance(f, _DropMessage) for f in pytree.filters):
+        pytree.addFilter(_DropMessage("is an Enum subclass and is now natively supported by torch.compile"))
+    # 6.
+    warnings.filterwarnings("ignore", message=r"\w+ does not implement _stable_hash_for_caching",
+                            category=UserWarning)
     # 2. one warning, by its exact text
     warnings.filterwarnings(
         "ignore",

@@ -49,3 +49,15 @@ def test_evaluate_fp32_and_bf16_on_the_digits():
     row, _ = harness.evaluate("bf16", bf16, model=bf16, bench_input=x[:64], test_images=x, test_labels=y,
                               reference_logits=ref, prepare=lambda t: t.bfloat16(), repeats=3)
     assert row["accuracy"] >= 0.93 and row["top1_agreement"] >= 0.95 and 0 < row["max_abs_diff"] < 1.0
+
+
+def test_pareto_front():
+    rows = [
+        {"v": "fp32", "median_s": 1.0, "size_bytes": 4, "accuracy": 0.99},
+        {"v": "bf16", "median_s": 0.5, "size_bytes": 2, "accuracy": 0.98},
+        {"v": "slow", "median_s": 2.0, "size_bytes": 4, "accuracy": 0.99},  # fp32 is as good and faster
+        {"v": "int8", "median_s": 0.6, "size_bytes": 1, "accuracy": 0.98},
+        {"v": "broken", "median_s": None, "size_bytes": 1, "accuracy": 0.1},
+    ]
+    assert harness.pareto_front(rows) == [True, True, False, True, False]
+    assert harness.pareto_front([]) == []

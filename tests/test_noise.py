@@ -41,3 +41,17 @@ def test_kineto_is_quiet_only_without_a_gpu():
     out = subprocess.run([sys.executable, "-c", probe], env={**env, "KINETO_LOG_LEVEL": "1"},
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1"
+
+
+def test_torchao_import_and_compile_cache_notes_are_filtered(caplog):
+    noise.install()
+    with caplog.at_level(logging.WARNING):
+        logging.getLogger("torch.utils._pytree").warning(
+            "<enum 'KernelPreference'> is an Enum subclass and is now natively supported by torch.compile as an "
+            "opaque value type.")
+        logging.getLogger("torch.utils._pytree").warning("another pytree warning")
+    assert [r.getMessage() for r in caplog.records] == ["another pytree warning"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.warn("Int8Tensor does not implement _stable_hash_for_caching(self) -> str", UserWarning,
+                      stacklevel=1)
+    assert caught == []
