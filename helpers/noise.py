@@ -21,6 +21,9 @@ Each filter below matches one exact message, and each says why it is harmless. A
 6. Compiling a torchao-quantized model warns *"Int8Tensor does not implement _stable_hash_for_caching"*:
    AOTAutograd's cache skips that tensor subclass, so the graph is recompiled instead of being loaded from
    the cache. Correctness is unaffected; the first call's time (reported apart) shows the cost.
+7. On a GPU with TF32 tensor cores, some torch versions warn at compile time that *"TensorFloat32 tensor cores
+   for float32 matrix multiplication available but not enabled"*. The course keeps fp32 exact on purpose when
+   it compares formats, and measures TF32 explicitly (notebook 02); the advice is noted there.
 """
 
 from __future__ import annotations
@@ -67,6 +70,9 @@ def install() -> None:
     # 6.
     warnings.filterwarnings("ignore", message=r"\w+ does not implement _stable_hash_for_caching",
                             category=UserWarning)
+    # 7.
+    warnings.filterwarnings("ignore", message=r"TensorFloat32 tensor cores for float32 matrix multiplication "
+                            r"available but not enabled", category=UserWarning)
     # 2. one warning, by its exact text
     warnings.filterwarnings(
         "ignore",

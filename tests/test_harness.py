@@ -51,6 +51,20 @@ def test_evaluate_fp32_and_bf16_on_the_digits():
     assert row["accuracy"] >= 0.93 and row["top1_agreement"] >= 0.95 and 0 < row["max_abs_diff"] < 1.0
 
 
+def test_predict_pads_the_last_batch_to_one_shape():
+    shapes = []
+
+    def fn(x):
+        shapes.append(tuple(x.shape))
+        return x.flatten(1)[:, :3] * 2
+
+    images = torch.randn(10, 1, 2, 2)
+    out = harness.predict(fn, images, batch_size=4, pad=True)
+    assert shapes == [(4, 1, 2, 2)] * 3
+    torch.testing.assert_close(out, images.flatten(1)[:, :3] * 2)
+    assert harness.predict(fn, images, batch_size=4).shape == (10, 3)
+
+
 def test_pareto_front():
     rows = [
         {"v": "fp32", "median_s": 1.0, "size_bytes": 4, "accuracy": 0.99},
