@@ -4,7 +4,6 @@ accuracy and agreement with the fp32 reference. Correctness is measured before a
 from __future__ import annotations
 
 import io
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import torch
 
 from .device import DeviceLike, choose_device, sync
+from .memory import peak_allocated_bytes
 from .timing import Measurement, benchmark
 
 
@@ -25,47 +25,10 @@ def model_size_bytes(model: torch.nn.Module) -> int:
     return buffer.getbuffer().nbytes
 
 
-def peak_memory_bytes(fn: Callable[[], Any], device: DeviceLike = None, calls: int = 3) -> int:
-    """Peak memory *added* while ``fn()`` runs ``calls`` times, above what was in use before.
-
-    On CUDA: the caching allocator's peak (``max_memory_allocated``). On a CPU, where ``torch.cuda`` would
-    report 0, the process's resident memory (RSS) is sampled every ~0.2 ms by a thread: an estimate that
-    misses spikes shorter than that and counts anything else the process allocates meanwhile.
-    """
-    if not callable(fn):
-        raise TypeError("peak_memory_bytes() needs a function of no arguments, e.g. lambda: model(x).")
-    dev = choose_device(device)
-    if dev.type == "cuda":
-        sync(dev)
-        torch.cuda.reset_peak_memory_stats(dev)
-        base = torch.cuda.memory_allocated(dev)
-        for _ in range(calls):
-            fn()
-        sync(dev)
-        return max(0, torch.cuda.max_memory_allocated(dev) - base)
-    import psutil
-
-    process = psutil.Process()
-    base = process.memory_info().rss
-    peak = base
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, process.memory_info().rss)
-            time.sleep(0.0002)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        for _ in range(calls):
-            fn()
-        sync(dev)
-    finally:
-        done.set()
-        sampler.join()
-    return max(0, max(peak, process.memory_info().rss) - base)
+def peak_memory_bytes(fn: Callable[[], Any], device: DeviceLike = None) -> int:
+    """Peak memory one call of ``fn()`` adds: the CUDA allocator's peak on a GPU, the peak of live tensor
+    bytes on a CPU (``helpers.memory.peak_allocated_bytes``)."""
+    return peak_allocated_bytes(fn, device)
 
 
 def agreement(reference: torch.Tensor, output: torch.Tensor) -> dict[str, float]:
@@ -144,7 +107,8 @@ def evaluate(
         "items_per_s": m.throughput,
         "first_call_s": first_call,
         "size_bytes": model_size_bytes(model) if model is not None else None,
-        "peak_mem_bytes": peak_memory_bytes(call, dev),
+        # On a CPU the tracker sees eager aten ops only: a compiled graph's memory is not visible to it.
+        "peak_mem_bytes": None if dev.type != "cuda" and hasattr(fn, "_orig_mod") else peak_memory_bytes(call, dev),
     }
     return row, m
 
