@@ -1,0 +1,89 @@
+import numpy as np
+import pytest
+import torch
+from conftest import one_line
+
+from helpers import batching
+
+BATCHES = [1, 2, 4, 8, 16, 32, 64]
+
+
+def saturating(b):  # synthetic throughput: overhead-bound at small batches, saturating at 1000 items/s
+    return 1000 * b / (b + 8)
+
+
+def test_find_knee_on_a_synthetic_curve():
+    thr = [saturating(b) for b in BATCHES]
+    assert batching.find_knee(BATCHES, thr, within=0.2) == 32  # 800 ≥ 0.8 × 888.9, 16 gives 666
+    assert batching.find_knee(BATCHES, thr, within=0.0) == 64
+    assert batching.find_knee([1, 2, 4], [5.0, 10.0, 9.0], within=0.05) == 2  # the best need not be the last
+
+
+def test_choose_batch_meets_the_target():
+    p99 = [0.001 * (1 + b / 4) for b in BATCHES]  # 1.25 ms … 17 ms
+    thr = [b / p for b, p in zip(BATCHES, p99, strict=True)]
+    assert batching.choose_batch(BATCHES, p99, target=0.005) == 16
+    assert batching.choose_batch(BATCHES, p99, target=0.005, throughputs=thr) == 16
+    assert batching.choose_batch(BATCHES, p99, target=0.0001) is None
+    noisy_thr = [1, 2, 9, 4, 5, 6, 7]
+    assert batching.choose_batch(BATCHES, p99, target=0.005, throughputs=noisy_thr) == 4
+
+
+@pytest.mark.parametrize(("args", "kwargs"), [
+    (([], []), {}), (([1, 2], [1.0]), {}), (([2, 1], [1.0, 2.0]), {}), (([1, 2], [1.0, 2.0]), {"within": 1.5}),
+])
+def test_knee_bad_input(args, kwargs):
+    with pytest.raises(ValueError) as info:
+        batching.find_knee(*args, **kwargs)
+    assert one_line(info.value)
+
+
+def test_oom_safe_search_with_a_simulated_limit():
+    limit, seen = 700, []
+
+    def try_batch(b):
+        seen.append(b)
+        if b > limit:
+            raise torch.OutOfMemoryError(f"simulated OOM at {b}")
+
+    result = batching.largest_fitting_batch(try_batch)
+    assert result.largest == limit and not result.hit_limit
+    assert seen[:11] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]  # doubling, then bisection
+    assert len(seen) <= 11 + 10
+    assert all(ok == (b <= limit) for b, ok in result.attempts)
+
+
+def test_oom_search_stops_at_the_limit_and_propagates_other_errors():
+    assert batching.largest_fitting_batch(lambda b: None, limit=100).largest == 100
+    with pytest.raises(ValueError, match="real bug"):
+        batching.largest_fitting_batch(lambda b: (_ for _ in ()).throw(ValueError("real bug")))
+    with pytest.raises(RuntimeError, match="does not fit"):
+        batching.largest_fitting_batch(lambda b: (_ for _ in ()).throw(torch.OutOfMemoryError("x")))
+
+
+def test_memory_cap_turns_measured_peaks_into_oom():
+    capped = batching.memory_capped(lambda b: 1000 * b, cap_bytes=50_000)
+    assert capped(50) == 50_000
+    with pytest.raises(torch.OutOfMemoryError):
+        capped(51)
+    assert batching.largest_fitting_batch(capped).largest == 50
+
+
+def test_latency_model_interpolates_and_extrapolates():
+    service = batching.latency_model([1, 2, 4], [1.0, 1.5, 2.5])
+    assert service(3) == pytest.approx(2.0)
+    assert service(8) == pytest.approx(4.5)
+
+
+def test_server_simulation_light_and_heavy_load():
+    service = batching.latency_model([1, 64], [0.001, 0.001 + 63 * 0.0001])
+    light = batching.simulate_server(rate=10, max_batch=32, timeout=0.002, service=service, n_requests=2000)
+    assert light.batch_sizes.mean() < 1.2  # requests rarely meet: batches of one
+    assert np.percentile(light.latencies, 50) == pytest.approx(0.002 + 0.001, rel=0.2)  # timeout + service
+    heavy = batching.simulate_server(rate=20000, max_batch=32, timeout=0.002, service=service, n_requests=5000)
+    assert heavy.batch_sizes.mean() > 30  # full batches
+    capacity = 32 / service(32)
+    assert heavy.throughput <= capacity * 1.01
+    assert (heavy.latencies > 0).all() and len(heavy.latencies) == 5000
+    with pytest.raises(ValueError):
+        batching.simulate_server(rate=0, max_batch=1, timeout=0, service=service)
