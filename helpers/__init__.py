@@ -2,7 +2,8 @@
 
 One concept per module: ``device`` (choose, sync, report), ``timing`` (Measurement, benchmark),
 ``roofline`` (this machine's limits), ``doctor`` (which regime a model is in),
-``harness`` (compare variants: speed, size, memory, accuracy), ``results`` (record and load),
+``harness`` (compare variants: speed, size, memory, accuracy), ``memory`` (peak memory of a call),
+``batching`` (knee, latency target, largest batch, serving simulation), ``results`` (record and load),
 ``plotting`` (one style),
 ``data`` and ``models`` (the shipped data and the course models), ``modes`` (quick/full),
 ``noise`` (the known-harmless warnings, handled in one place; installed on import).
