@@ -82,6 +82,8 @@ def largest_fitting_batch(try_batch: Callable[[int], Any], start: int = 1, limit
             ok = True
         except torch.OutOfMemoryError:
             ok = False
+        # Free only after the except block: inside it, the traceback still holds the failed attempt's tensors.
+        if not ok:
             _free_after_oom()
         attempts.append((b, ok))
         return ok
@@ -122,7 +124,8 @@ def memory_capped(run: Callable[[int], int], cap_bytes: int) -> Callable[[int], 
 
 
 def latency_model(batches: Sequence[int], seconds: Sequence[float]) -> Callable[[int], float]:
-    """Service time of any batch size, linearly interpolated (and extrapolated) from measured medians."""
+    """Service time of any batch size: linearly interpolated between measured medians; beyond the largest
+    measured batch, proportional to the batch (the saturated regime: time per item stays that of the largest)."""
     _check_curve(batches, seconds, "time")
     b = np.asarray(batches, dtype=float)
     s = np.asarray(seconds, dtype=float)
@@ -130,8 +133,7 @@ def latency_model(batches: Sequence[int], seconds: Sequence[float]) -> Callable[
     def service(n: int) -> float:
         if n <= b[-1]:
             return float(np.interp(n, b, s))
-        slope = (s[-1] - s[-2]) / (b[-1] - b[-2]) if len(b) > 1 else s[-1] / b[-1]
-        return float(s[-1] + slope * (n - b[-1]))
+        return float(s[-1] * n / b[-1])
 
     return service
 
@@ -146,10 +148,17 @@ class ServingResult:
     throughput: float
 
     def row(self) -> dict[str, Any]:
+        steady = self.latencies[len(self.latencies) // 10:]  # drop the first 10 %: the warm-up of the queue
         return {"arrival rate (req/s)": round(self.rate, 1), "max batch": self.max_batch,
-                "p50 latency": float(np.percentile(self.latencies, 50)),
-                "p99 latency": float(np.percentile(self.latencies, 99)),
+                "p50 latency": float(np.percentile(steady, 50)),
+                "p99 latency": float(np.percentile(steady, 99)),
                 "mean batch": float(self.batch_sizes.mean()), "throughput (req/s)": self.throughput}
+
+
+def is_stable(rate: float, max_batch: int, service: Callable[[int], float]) -> bool:
+    """Whether a server with this max batch can keep up with ``rate`` at all: full batches must be served
+    faster than they arrive. Otherwise the queue, and the latency, grow without bound."""
+    return rate < max_batch / service(max_batch)
 
 
 def simulate_server(rate: float, max_batch: int, timeout: float, service: Callable[[int], float],

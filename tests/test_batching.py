@@ -53,6 +53,23 @@ def test_oom_safe_search_with_a_simulated_limit():
     assert all(ok == (b <= limit) for b, ok in result.attempts)
 
 
+def test_memory_is_freed_after_the_failed_attempt_is_dropped(monkeypatch):
+    import weakref
+
+    alive_at_free = []
+    refs = []
+
+    def try_batch(b):
+        big = torch.ones(1000)
+        refs.append(weakref.ref(big))
+        if b > 1:
+            raise torch.OutOfMemoryError("simulated")
+
+    monkeypatch.setattr(batching, "_free_after_oom", lambda: alive_at_free.append(refs[-1]() is not None))
+    batching.largest_fitting_batch(try_batch, limit=2)
+    assert alive_at_free == [False]  # the failed attempt's tensor was already released when memory was freed
+
+
 def test_oom_search_stops_at_the_limit_and_propagates_other_errors():
     assert batching.largest_fitting_batch(lambda b: None, limit=100).largest == 100
     with pytest.raises(ValueError, match="real bug"):
@@ -72,7 +89,20 @@ def test_memory_cap_turns_measured_peaks_into_oom():
 def test_latency_model_interpolates_and_extrapolates():
     service = batching.latency_model([1, 2, 4], [1.0, 1.5, 2.5])
     assert service(3) == pytest.approx(2.0)
-    assert service(8) == pytest.approx(4.5)
+    assert service(8) == pytest.approx(5.0)  # per-item time of the largest batch
+    noisy = batching.latency_model([1, 2, 4], [1.0, 3.0, 2.0])  # a noisy dip never makes time negative
+    assert noisy(100) == pytest.approx(50.0)
+
+
+def test_stability_and_a_known_queue():
+    service = batching.latency_model([1, 8], [0.01, 0.02])
+    assert batching.is_stable(50, 1, service) and not batching.is_stable(150, 1, service)
+    assert batching.is_stable(150, 8, service)
+    # max batch 1, no timeout, constant 10 ms service, arrivals at 50/s (M/D/1 at 50 % load):
+    # the mean wait is rho / (2 mu (1 - rho)) = 0.5 / (2 * 100 * 0.5) = 5 ms, so the mean latency is 15 ms
+    constant = batching.latency_model([1, 2], [0.01, 0.02])
+    result = batching.simulate_server(rate=50, max_batch=1, timeout=0, service=constant, n_requests=40000)
+    assert result.latencies.mean() == pytest.approx(0.015, rel=0.05)
 
 
 def test_server_simulation_light_and_heavy_load():
