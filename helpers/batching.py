@@ -20,6 +20,55 @@ def _check_curve(batches: Sequence[int], values: Sequence[float], name: str) -> 
         raise ValueError("batch sizes must be positive and in increasing order.")
 
 
+def sweep(
+    model: Callable[[torch.Tensor], Any],
+    make_input: Callable[[int], torch.Tensor],
+    batches: Sequence[int],
+    *,
+    device: Any = None,
+    repeats: int = 20,
+    number: int | None = None,
+    max_time: float | None = None,
+    measure_memory: bool = False,
+    label: str = "",
+    progress: bool = False,
+) -> tuple[Any, list[Any]]:
+    """Time ``model(make_input(b))`` for each batch size ``b`` (under ``inference_mode``).
+
+    Returns a DataFrame indexed by batch (p50 and p99 latency per batch, samples, throughput, time per item,
+    and with ``measure_memory`` the peak bytes one call adds) and the ``Measurement`` of each batch.
+    ``number=1`` makes every sample a single call, so p99 is a percentile of single-call latencies.
+    """
+    import pandas as pd
+
+    from .memory import peak_allocated_bytes
+    from .timing import benchmark
+
+    if not callable(model) or not callable(make_input):
+        raise TypeError("sweep() needs a model and a make_input(batch) function.")
+    if not batches or any(b < 1 for b in batches):
+        raise ValueError(f"batches={list(batches)!r} must be a non-empty list of sizes ≥ 1.")
+    iterator: Any = batches
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(batches, desc=label or "batch sweep")
+    rows, measurements = [], []
+    for b in iterator:
+        x = make_input(b)
+        with torch.inference_mode():
+            m = benchmark(model, x, label=f"{label} batch {b}".strip(), device=device, repeats=repeats,
+                          number=number, items=b, max_time=max_time)
+            peak = peak_allocated_bytes(lambda: model(x), device) if measure_memory else None  # noqa: B023
+        measurements.append(m)
+        row = {"batch": b, "p50": m.median, "p99": m.p99, "samples": m.n, "throughput": m.throughput,
+               "per_item": m.median / b, "noisy": m.noisy}
+        if measure_memory:
+            row["peak_bytes"] = peak
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("batch"), measurements
+
+
 def find_knee(batches: Sequence[int], throughputs: Sequence[float], within: float = 0.10) -> int:
     """The smallest batch whose throughput is within ``within`` (a fraction) of the best measured.
 

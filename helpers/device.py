@@ -109,6 +109,14 @@ def last_level_cache_bytes() -> int | None:
     return best
 
 
+def cache_line_bytes() -> int:
+    """The CPU's cache-line size (Linux sysfs); 64 where the OS does not say (the common value)."""
+    try:
+        return int(Path("/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size").read_text().strip())
+    except (OSError, ValueError):
+        return 64
+
+
 def _slug(text: str) -> str:
     text = re.sub(r"\((r|tm|c)\)", "", text.lower())
     text = re.sub(r"\b(cpu|processor|with radeon graphics|\d+-core)\b", "", text)

@@ -25,12 +25,6 @@ def model_size_bytes(model: torch.nn.Module) -> int:
     return buffer.getbuffer().nbytes
 
 
-def peak_memory_bytes(fn: Callable[[], Any], device: DeviceLike = None) -> int:
-    """Peak memory one call of ``fn()`` adds: the CUDA allocator's peak on a GPU, the peak of live tensor
-    bytes on a CPU (``helpers.memory.peak_allocated_bytes``)."""
-    return peak_allocated_bytes(fn, device)
-
-
 def agreement(reference: torch.Tensor, output: torch.Tensor) -> dict[str, float]:
     """How close a variant's logits are to the fp32 reference: max absolute difference and top-1 agreement."""
     if reference.shape != output.shape:
@@ -108,7 +102,7 @@ def evaluate(
         "first_call_s": first_call,
         "size_bytes": model_size_bytes(model) if model is not None else None,
         # On a CPU the tracker sees eager aten ops only: a compiled graph's memory is not visible to it.
-        "peak_mem_bytes": None if dev.type != "cuda" and hasattr(fn, "_orig_mod") else peak_memory_bytes(call, dev),
+        "peak_mem_bytes": None if dev.type != "cuda" and hasattr(fn, "_orig_mod") else peak_allocated_bytes(call, dev),
     }
     return row, m
 

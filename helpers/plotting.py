@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .roofline import Roofline
-from .timing import Measurement
+from .timing import _UNITS, Measurement
 
 STYLE = {
     "figure.figsize": (7.5, 4.0),
@@ -31,10 +31,8 @@ def apply_style() -> None:
 
 
 def _time_unit(seconds: float) -> tuple[float, str]:
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if seconds >= scale:
-            return scale, unit
-    return 1e-9, "ns"
+    """The unit the timing module would print ``seconds`` in: (scale, name)."""
+    return next(((sc, un) for sc, un in _UNITS if seconds >= sc), _UNITS[-1])
 
 
 def bars(measurements: Sequence[Measurement], title: str = "", ax: Any = None, log: bool = False) -> Any:

@@ -117,3 +117,15 @@ def test_server_simulation_light_and_heavy_load():
     assert (heavy.latencies > 0).all() and len(heavy.latencies) == 5000
     with pytest.raises(ValueError):
         batching.simulate_server(rate=0, max_batch=1, timeout=0, service=service)
+
+
+def test_sweep_measures_every_batch():
+    model = torch.nn.Linear(16, 4)
+    table, ms = batching.sweep(model, lambda b: torch.randn(b, 16), [1, 2, 4], device="cpu", repeats=3,
+                               number=1, measure_memory=True)
+    assert list(table.index) == [1, 2, 4] and len(ms) == 3
+    assert (table["samples"] == 3).all() and all(m.number == 1 for m in ms)
+    assert table.loc[4, "peak_bytes"] == 4 * 4 * 4  # the output of one call: 4 × 4 fp32
+    assert table.loc[2, "throughput"] == pytest.approx(2 / table.loc[2, "p50"])
+    with pytest.raises(ValueError):
+        batching.sweep(model, lambda b: torch.randn(b, 16), [], device="cpu")

@@ -46,6 +46,13 @@ def test_environment_report_and_machine_id():
     assert all(c.isalnum() or c == "-" for c in mid)
 
 
+def test_cache_line_is_a_plausible_power_of_two():
+    from helpers.device import cache_line_bytes
+
+    line = cache_line_bytes()
+    assert 16 <= line <= 512 and line & (line - 1) == 0
+
+
 def test_mode_reads_the_environment(monkeypatch):
     monkeypatch.setenv("COURSE_MODE", "quick")
     assert course_mode() == "quick" and pick(1, 2) == 1
