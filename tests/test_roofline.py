@@ -36,6 +36,11 @@ def test_place_memory_and_compute_bound_work():
     assert placed["bound"] == "compute" and placed["fraction_of_bound"] == pytest.approx(0.8)
     assert not placed["overhead_bound"]
     assert rf.place(1.0, 8.0, seconds=3e-6)["overhead_bound"]
+    # short but at its roof (a large add on a fast GPU): roof-bound, not overhead-bound
+    flops, nbytes = rl.elementwise_cost(1_000)
+    seconds = nbytes / 9e9  # 0.9 µs, under 10 dispatches of 2 µs, at 90 % of the memory roof
+    assert seconds < 10 * rf.dispatch_latency
+    assert not rf.place(flops, nbytes, seconds=seconds)["overhead_bound"]
 
 
 def test_roofline_bad_input():

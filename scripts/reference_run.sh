@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One prepared full-mode run of every notebook on a GPU machine, for the reference results (issue: GPU references).
+#
+#   scripts/reference_run.sh OUT [TOTAL_SECONDS] [full_run.py options…]
+#
+# Runs scripts/full_run.py with the interpreter on PATH (python3: a GPU image's own torch), the plain executor
+# when Jupyter is missing, work files in /tmp so that only a few files come back, and a total time limit after
+# which whatever was measured is still collected. Leaves under OUT: results.jsonl (every record made, also
+# after a timeout), summary.json (environment + per-notebook status, when the run finished), environment.txt
+# (nvidia-smi, package versions), executed.tgz (the executed notebooks) and log.txt.
+set -u
+out=${1:?usage: scripts/reference_run.sh OUT [TOTAL_SECONDS] [full_run.py options]}
+total=${2:-1500}
+shift $(( $# >= 2 ? 2 : 1 ))
+repo=$(cd "$(dirname "$0")/.." && pwd)
+work=${COURSE_WORK:-/tmp/course-work}
+py=${PYTHON:-python3}
+mkdir -p "$out"
+rm -rf "$work/results"
+{
+  date -u +%Y-%m-%dT%H:%M:%SZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>&1 || true
+  "$py" - <<'PY' 2>&1
+import importlib, sys
+print("python", sys.version.split()[0])
+for name in ("torch", "torchvision", "torchao", "onnx", "onnxscript", "onnxruntime", "triton", "numpy", "pandas",
+             "matplotlib", "psutil", "pynvml", "nbclient", "ipykernel", "tqdm", "PIL"):
+    try:
+        module = importlib.import_module(name)
+        print(name, getattr(module, "__version__", "?"))
+    except Exception as exc:  # a missing package is reported, and the notebooks skip what needs it
+        print(name, "missing:", type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+PY
+} > "$out/environment.txt"
+cat "$out/environment.txt"
+PYTHONUNBUFFERED=1 timeout --signal=INT --kill-after=20 "$total" \
+  "$py" "$repo/scripts/full_run.py" "$out/run" --work "$work" "$@" 2>&1 | tee "$out/log.txt"
+status=${PIPESTATUS[0]}
+# Collect what was measured even if the run was cut short.
+cat "$work"/results/*.jsonl > "$out/results.jsonl" 2>/dev/null || true
+[ -f "$out/run/summary.json" ] && mv "$out/run/summary.json" "$out/summary.json"
+[ -d "$out/run/executed" ] && tar -C "$out/run" -czf "$out/executed.tgz" executed
+rm -rf "$out/run"
+echo "reference run exit status $status; $(wc -l < "$out/results.jsonl") records in $out/results.jsonl"
+exit "$status"
