@@ -24,14 +24,21 @@ Each filter below matches one exact message, and each says why it is harmless. A
 7. On a GPU with TF32 tensor cores, some torch versions warn at compile time that *"TensorFloat32 tensor cores
    for float32 matrix multiplication available but not enabled"*. The course keeps fp32 exact on purpose when
    it compares formats, and measures TF32 explicitly (notebook 02); the advice is noted there.
+8. Starting and stopping ``torch.profiler`` prints *"USDT:… SyncActivityProfilerHandler.cpp… profiler_start"*
+   (and ``profiler_stop``) from C++ straight to the process's stderr, on every start and stop; no log level
+   or variable turns it off. :func:`profiler_markers_silenced` sends file descriptor 2 to ``/dev/null``
+   around the start and the stop only (never around the profiled code), so nothing else is hidden.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
+import sys
 import warnings
+from collections.abc import Iterator
 
 import torch
 
@@ -45,6 +52,22 @@ class _DropMessage(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return self.fragment not in record.getMessage()
+
+
+@contextlib.contextmanager
+def profiler_markers_silenced() -> Iterator[None]:
+    """Silence what native code writes to stderr inside the block (see 8 above): wrap a profiler's start and
+    stop, not the work being profiled."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def quiet_onnxruntime() -> None:

@@ -1,0 +1,240 @@
+"""Kernel fusion made visible: the kernels one call launches, the bytes it moves unfused and fused, and the
+code ``torch.compile`` generated for it.
+
+``count_kernels`` reads the kernels from ``torch.profiler``. On a GPU these are the device kernels CUPTI saw
+(memory copies and fills counted apart), plus the CPU-side launch calls. On a CPU, a "kernel" is an aten op
+called from Python or from compiled code (not from inside another aten op, and not a view or an allocation),
+or one of Inductor's generated C++ kernels; the profiler sees those only when the function was compiled after
+:func:`enable_cpu_kernel_profiling`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .device import DeviceLike, choose_device, sync
+from .doctor import _NO_TRAFFIC, _unique
+from .noise import profiler_markers_silenced
+
+#: aten ops the profiler records that launch no kernel: views, metadata, allocations without initialisation
+_NOT_KERNELS = {f"aten::{name}" for name in (
+    "t", "transpose", "permute", "numpy_T", "view", "reshape", "_reshape_alias", "expand", "as_strided",
+    "detach", "alias", "unsqueeze", "squeeze", "slice", "select", "narrow", "split", "chunk", "unbind",
+    "empty", "empty_like", "empty_strided", "resolve_conj", "resolve_neg", "lift_fresh", "_unsafe_view",
+    "flatten", "view_as", "expand_as", "contiguous")}
+#: Inductor's generated C++ kernels, as recorded with ``cpp.enable_kernel_profile``
+_CPP_KERNEL = re.compile(r"cpp_fused_\w+|cpp_kernel\w*")
+_LAUNCH_CALLS = {"cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
+                 "cudaLaunchCooperativeKernel"}
+
+
+def enable_cpu_kernel_profiling() -> None:
+    """Make Inductor's C++ kernels visible to the profiler (each records a ``graph_N_cpp_fused_*`` event).
+
+    Call it before compiling: the setting is read when the code is generated. It adds one profiler hook per
+    kernel call, negligible next to a kernel's work, and is part of the compile cache key."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.cpp.enable_kernel_profile = True
+
+
+@dataclass
+class KernelCount:
+    """The kernels one call ran, in order, and (on a GPU) how the CPU launched them."""
+
+    device: str
+    kernels: list[str]
+    copies: list[str] = field(default_factory=list)  # GPU memcpy/memset, not counted as kernels
+    launches: int = 0  # CPU-side kernel launch calls (GPU); with a CUDA graph, kernels run without one each
+    graph_launches: int = 0  # cudaGraphLaunch calls (GPU)
+
+    @property
+    def n(self) -> int:
+        return len(self.kernels)
+
+    def by_name(self) -> Counter:
+        return Counter(self.kernels)
+
+    def __repr__(self) -> str:
+        launches = ""
+        if self.device == "cuda":
+            launches = f", {self.launches} launch calls, {self.graph_launches} graph launches"
+        return f"<KernelCount {self.n} kernels on {self.device}{launches}>"
+
+
+def _cpu_kernel(event: Any) -> bool:
+    name = event.name
+    if _CPP_KERNEL.search(name):
+        return True
+    if not name.startswith("aten::") or name in _NOT_KERNELS:
+        return False
+    parent = event.cpu_parent
+    while parent is not None:  # called by another aten op: part of that op's kernel
+        if parent.name.startswith("aten::"):
+            return False
+        parent = parent.cpu_parent
+    return True
+
+
+def count_kernels(fn: Callable[..., Any], *args: Any, device: DeviceLike = None, warmup: int = 1) -> KernelCount:
+    """Run ``fn(*args)`` ``warmup`` times (a compiled function compiles here, unprofiled), then once under the
+    profiler, and return the kernels that one call ran."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    if not callable(fn):
+        raise TypeError(f"count_kernels needs a function to call, got {type(fn).__name__}.")
+    dev = choose_device(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with torch.inference_mode():
+        for _ in range(warmup):
+            fn(*args)
+        sync(dev)
+        prof = profile(activities=activities)
+        with profiler_markers_silenced():
+            prof.start()
+        try:
+            fn(*args)
+            sync(dev)
+        finally:
+            with profiler_markers_silenced():
+                prof.stop()
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    if dev.type == "cuda":
+        on_gpu = [e.name for e in events if e.device_type == DeviceType.CUDA]
+        copies = [n for n in on_gpu if n.startswith(("Memcpy", "Memset"))]
+        kernels = [n for n in on_gpu if not n.startswith(("Memcpy", "Memset"))]
+        cpu_names = [e.name for e in events if e.device_type == DeviceType.CPU]
+        return KernelCount("cuda", kernels, copies, launches=sum(n in _LAUNCH_CALLS for n in cpu_names),
+                           graph_launches=sum(n.startswith("cudaGraphLaunch") for n in cpu_names))
+    kernels = [e.name for e in events if _cpu_kernel(e)]
+    compiled = any("CompiledFxGraph" in e.name for e in events)
+    if compiled and not any(_CPP_KERNEL.search(n) for n in kernels):
+        import torch._inductor.config as inductor_config
+
+        if not inductor_config.cpp.enable_kernel_profile:
+            raise RuntimeError("The profiler cannot see inside this compiled function: call "
+                               "helpers.fusion.enable_cpu_kernel_profiling() before compiling it.")
+    return KernelCount(dev.type, kernels, launches=len(kernels))
+
+
+@dataclass
+class Traffic:
+    """Bytes one call moves through memory: each eager op reading its inputs and writing its output
+    (``unfused``), against reading the call's inputs once and writing its outputs once (``fused``, what a
+    single perfectly fused kernel would move). ``intermediate`` is what the ops wrote for each other."""
+
+    unfused: int
+    fused: int
+    intermediate: int
+    ops: list[str]
+
+    @property
+    def saving(self) -> float:
+        """How many times fewer bytes the fused call moves."""
+        return self.unfused / self.fused if self.fused else float("nan")
+
+
+class _TrafficCounter(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.unfused = 0
+        self.written: dict[int, int] = {}  # storage -> bytes, for storages this call produced
+        self.external: dict[int, int] = {}  # storage -> bytes, for inputs read from outside the call
+        self.intermediate_reads = 0
+        self.ops: list[str] = []
+        # Outputs are kept alive until the call ends: a freed intermediate's memory is reused by the next op,
+        # and two tensors at one address would be taken for one.
+        self.alive: list[torch.Tensor] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if func.is_view or name in _NO_TRAFFIC:
+            return out
+        self.ops.append(name)
+        leaves = torch.utils._pytree.tree_leaves
+        read_args = args[1:] if name == "copy_" else args  # copy_'s destination is only written
+        inputs = _unique(leaves((read_args, {k: v for k, v in kwargs.items() if k != "out"})))
+        outputs = _unique(leaves(out))
+        for t in inputs:
+            nbytes, key = t.numel() * t.element_size(), t.untyped_storage().data_ptr()
+            self.unfused += nbytes
+            if key in self.written:
+                self.intermediate_reads += nbytes
+            else:
+                self.external[key] = max(self.external.get(key, 0), nbytes)
+        for t in outputs:
+            nbytes = t.numel() * t.element_size()
+            self.unfused += nbytes
+            self.written[t.untyped_storage().data_ptr()] = nbytes
+            self.alive.append(t)
+        return out
+
+
+def traffic(fn: Callable[..., Any], *args: Any) -> Traffic:
+    """Estimate the memory traffic of one eager call of ``fn(*args)``, unfused and ideally fused."""
+    counter = _TrafficCounter()
+    with torch.inference_mode(), counter:
+        result = fn(*args)
+    final = {t.untyped_storage().data_ptr(): t.numel() * t.element_size()
+             for t in _unique(torch.utils._pytree.tree_leaves(result))}
+    fused = sum(counter.external.values()) + sum(final.values())
+    written_between = sum(b for k, b in counter.written.items() if k not in final)
+    return Traffic(unfused=counter.unfused, fused=fused, intermediate=written_between + counter.intermediate_reads,
+                   ops=counter.ops)
+
+
+def generated_code(fn: Callable[..., Any], *args: Any) -> tuple[Any, str]:
+    """Compile-and-run ``fn`` (an uncompiled function: it is wrapped in ``torch.compile`` here) and return its
+    result and the Python wrapper Inductor generated, kernels included. Resets Dynamo first (as
+    ``torch._inductor.utils.run_and_get_code`` does), so call it before compiling anything you still need."""
+    from torch._inductor.utils import run_and_get_code
+
+    with torch.inference_mode():
+        result, sources = run_and_get_code(torch.compile(fn), *args)
+    return result, "\n".join(sources)
+
+
+_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(cpp_pybinding|cpp|triton)\(", re.M)
+
+
+def kernel_names(code: str) -> list[str]:
+    """The generated kernels defined in Inductor's output code (C++ or Triton)."""
+    return [m.group(1) for m in _KERNEL_DEF.finditer(code)]
+
+
+def extern_calls(code: str) -> list[str]:
+    """The library calls (cuBLAS/oneDNN GEMMs, convolutions) the generated code makes instead of a kernel."""
+    return sorted(set(re.findall(r"extern_kernels\.(\w+)", code)))
+
+
+def kernel_excerpt(code: str, max_lines: int = 30) -> str:
+    """The first generated kernel's body, without the includes/imports and decorators around it."""
+    match = _KERNEL_DEF.search(code)
+    if not match:
+        return "(no generated kernel: the compiled code only calls library kernels)"
+    body = code[match.end():]
+    quote = re.search(r"r?'''", body)
+    body = body[quote.end():] if quote else body
+    body = body.split("'''", 1)[0]
+    start = re.search(r'^(extern "C"|@triton\.jit|def triton_)', body, re.M)
+    lines = body[start.start() if start else 0:].strip("\n").splitlines()
+    boilerplate = ("@triton_heuristics", "@triton.jit", "std::atomic<int> inductor_cpu_integer_div_error",
+                   "inductor_cpu_integer_div_error_flag")
+    lines = [line for line in lines if line.strip() and not line.lstrip().startswith(boilerplate)]
+    excerpt = "\n".join(lines[:max_lines])
+    return excerpt + (f"\n    … ({len(lines) - max_lines} more lines)" if len(lines) > max_lines else "")

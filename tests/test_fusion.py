@@ -1,0 +1,100 @@
+"""helpers.fusion: kernel counts from the profiler, traffic estimates, generated-code parsing."""
+
+import os
+
+import pytest
+import torch
+from conftest import one_line
+
+from helpers import fusion, noise
+
+
+def chain(x):
+    return torch.relu(x * 2.0 + 1.0) * 0.5
+
+
+def test_eager_kernels_are_the_ops_called_not_their_internals():
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)).eval()
+    count = fusion.count_kernels(mlp, torch.randn(3, 8), device="cpu")
+    # linear calls t (a view) and addmm internally: one kernel each, views not counted
+    assert count.kernels == ["aten::linear", "aten::relu", "aten::linear"]
+    assert fusion.count_kernels(chain, torch.randn(16), device="cpu").n == 4
+
+
+def test_compiled_chain_is_one_kernel_and_matches_eager():
+    fusion.enable_cpu_kernel_profiling()
+    x = torch.randn(64, 32)
+    compiled = torch.compile(chain)
+    torch.testing.assert_close(compiled(x), chain(x))
+    count = fusion.count_kernels(compiled, x, device="cpu")
+    assert count.n == 1 and "cpp_fused" in count.kernels[0], count.kernels
+
+
+def test_traffic_counts_intermediates_and_the_fused_minimum():
+    x = torch.randn(1000)  # 4000 bytes
+    t = fusion.traffic(chain, x)
+    assert t.ops == ["mul", "add", "relu", "mul"]
+    # each op reads 4000 and writes 4000 (the Python scalars are not tensors in aten's view)
+    assert t.unfused == 4 * 8000
+    assert t.fused == 8000  # x read once, the result written once
+    # three intermediates, each written once and read once
+    assert t.intermediate == 3 * 8000
+    assert t.saving == pytest.approx(4.0)
+
+
+def test_traffic_of_independent_ops_reads_the_input_once_when_fused():
+    x = torch.randn(10, 100)
+    t = fusion.traffic(lambda v: (v.sum(-1), v.amax(-1)), x)
+    assert t.intermediate == 0
+    assert t.fused == 4000 + 2 * 40
+
+
+CPP_CODE = """
+cpp_fused_add_relu_0 = async_compile.cpp_pybinding(['const float*', 'float*'], r'''
+#include <torch/csrc/inductor/cpp_prefix.h>
+extern "C"  void  kernel(const float* in_ptr0, float* out_ptr0)
+{
+    std::atomic<int> inductor_cpu_integer_div_error{0};
+    for(int64_t x0=0; x0<8; x0+=1) { out_ptr0[x0] = in_ptr0[x0] + 1; }
+}
+''')
+def call(args):
+    extern_kernels.addmm(a, b, c, out=buf0)
+    cpp_fused_add_relu_0(buf0, buf1)
+"""
+
+TRITON_CODE = """
+triton_poi_fused_add_0 = async_compile.triton('triton_poi_fused_add_0', '''
+import triton
+@triton_heuristics.pointwise(size_hints={'x': 8})
+@triton.jit
+def triton_poi_fused_add_0(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    xoffset = tl.program_id(0) * XBLOCK
+    tmp0 = tl.load(in_ptr0 + xoffset)
+''', device_str='cuda')
+"""
+
+
+def test_generated_code_parsing():
+    assert fusion.kernel_names(CPP_CODE) == ["cpp_fused_add_relu_0"]
+    assert fusion.extern_calls(CPP_CODE) == ["addmm"]
+    excerpt = fusion.kernel_excerpt(CPP_CODE)
+    assert excerpt.startswith('extern "C"') and "#include" not in excerpt and "integer_div" not in excerpt
+    assert fusion.kernel_names(TRITON_CODE) == ["triton_poi_fused_add_0"]
+    excerpt = fusion.kernel_excerpt(TRITON_CODE, max_lines=2)
+    assert excerpt.startswith("def triton_poi_fused_add_0") and "more lines" in excerpt
+    assert "no generated kernel" in fusion.kernel_excerpt("def call(args):\n    pass\n")
+
+
+def test_count_kernels_bad_input():
+    with pytest.raises(TypeError, match="needs a function") as info:
+        fusion.count_kernels(torch.randn(3))
+    assert one_line(info.value)
+
+
+def test_profiler_markers_silenced_restores_stderr(capfd):
+    with noise.profiler_markers_silenced():
+        os.write(2, b"hidden native line\n")
+    os.write(2, b"visible line\n")
+    err = capfd.readouterr().err
+    assert "hidden native line" not in err and "visible line" in err
