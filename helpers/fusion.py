@@ -62,11 +62,22 @@ class KernelCount:
     def by_name(self) -> Counter:
         return Counter(self.kernels)
 
+    def short(self) -> list[str]:
+        """The kernel names without template arguments and parameter lists (GPU kernels' names are long)."""
+        return [short_kernel_name(k) for k in self.kernels]
+
     def __repr__(self) -> str:
         launches = ""
         if self.device == "cuda":
             launches = f", {self.launches} launch calls, {self.graph_launches} graph launches"
         return f"<KernelCount {self.n} kernels on {self.device}{launches}>"
+
+
+def short_kernel_name(name: str) -> str:
+    """``void at::native::elementwise_kernel<4, …>(int, …)`` → ``at::native::elementwise_kernel``."""
+    name = name.removeprefix("void ").strip()
+    cuts = [i for i in (name.find("<"), name.find("(")) if i > 0]
+    return name[:min(cuts)].strip() if cuts else name
 
 
 def _cpu_kernel(event: Any) -> bool:
@@ -97,7 +108,10 @@ def count_kernels(fn: Callable[..., Any], *args: Any, device: DeviceLike = None,
         for _ in range(warmup):
             fn(*args)
         sync(dev)
-        prof = profile(activities=activities)
+        try:  # one profiling cycle; acc_events=True also stops older torch versions warning that cycles clear events
+            prof = profile(activities=activities, acc_events=True)
+        except TypeError:  # pragma: no cover - a torch without acc_events
+            prof = profile(activities=activities)
         with profiler_markers_silenced():
             prof.start()
         try:

@@ -28,6 +28,9 @@ Each filter below matches one exact message, and each says why it is harmless. A
    (and ``profiler_stop``) from C++ straight to the process's stderr, on every start and stop; no log level
    or variable turns it off. :func:`profiler_markers_silenced` sends file descriptor 2 to ``/dev/null``
    around the start and the stop only (never around the profiled code), so nothing else is hidden.
+9. Inductor's GEMM autotuner (``max-autotune``) in some torch versions calls the deprecated
+   ``tensor.storage()`` itself, which warns *"TypedStorage is deprecated"*. It is torch's own internal call,
+   attributed to ``torch._inductor``; the same warning from any other module still shows.
 """
 
 from __future__ import annotations
@@ -96,6 +99,9 @@ def install() -> None:
     # 7.
     warnings.filterwarnings("ignore", message=r"TensorFloat32 tensor cores for float32 matrix multiplication "
                             r"available but not enabled", category=UserWarning)
+    # 9. one warning, from one package
+    warnings.filterwarnings("ignore", message=r"TypedStorage is deprecated", category=UserWarning,
+                            module=r"torch\._inductor")
     # 2. one warning, by its exact text
     warnings.filterwarnings(
         "ignore",

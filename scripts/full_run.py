@@ -45,26 +45,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 PLAIN_RUNNER = r"""
-import ast, contextlib, io, json, os, sys, traceback
+import ast, contextlib, io, json, linecache, os, sys, traceback
 import matplotlib
 matplotlib.use("Agg")
 src, dst = sys.argv[1], sys.argv[2]
 nb = json.load(open(src, encoding="utf-8"))
 os.chdir(os.path.dirname(os.path.abspath(src)))
-namespace = {"__name__": "__main__", "display": lambda *objs: [print(o) for o in objs]}
+def display(*objs):  # like IPython's: a table in full, not pandas' truncated repr
+    for o in objs:
+        print(o.to_string() if hasattr(o, "to_string") else o)
+namespace = {"__name__": "__main__", "display": display}
 failed = None
-for cell in nb["cells"]:
+for index, cell in enumerate(nb["cells"]):
     if cell["cell_type"] != "code":
         continue
     source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
     out = io.StringIO()
     cell["outputs"] = []
+    # Register the cell's source, as Jupyter does: inspect.getsource (torch.jit.script, tracebacks) needs it.
+    name = f"<cell-{index}>"
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
     try:
-        tree = ast.parse(source)
+        tree = ast.parse(source, name)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            exec(compile(tree, "<cell>", "exec"), namespace)
-            value = eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace) if last else None
+            exec(compile(tree, name, "exec"), namespace)
+            value = eval(compile(ast.Expression(last.value), name, "eval"), namespace) if last else None
         if value is not None and not type(value).__module__.startswith("matplotlib"):
             out.write((value.to_string() if hasattr(value, "to_string") else repr(value)) + chr(10))
     except BaseException:

@@ -28,6 +28,8 @@ def test_full_run_executes_collects_and_reports_failures(tmp_path, executor):
         "m = helpers.benchmark(sum, [1, 2, 3], repeats=3)",
         "helpers.record(m, notebook='00_ok', experiment='e', variant='v')",
         "print('ran', m.median > 0)",
+        # a function's source must be readable, as in Jupyter (torch.jit.script needs it)
+        "def f(x):\n    return x + 1\nimport inspect\nprint('source', inspect.getsource(f).splitlines()[0])",
         "m.n",  # the value of a cell's last expression is kept
     ]))
     _notebook(books / "01_broken.ipynb", "raise RuntimeError('on purpose')")
@@ -45,6 +47,6 @@ def test_full_run_executes_collects_and_reports_failures(tmp_path, executor):
     assert "on purpose" in summary["notebooks"]["01_broken"]["error"]
     executed = nbformat.read(out / "executed" / "00_ok.ipynb", as_version=4)
     texts = "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in executed.cells[0].outputs)
-    assert "ran True" in texts and "3" in texts
+    assert "ran True" in texts and "3" in texts and "source def f(x):" in texts
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(records) == 1 and records[0]["notebook"] == "00_ok" and records[0]["mode"] == "quick"
