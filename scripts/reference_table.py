@@ -1,0 +1,126 @@
+"""The README's table of reference results, generated from data/reference/*.jsonl.
+
+    .venv/bin/python scripts/reference_table.py            # print the table
+    .venv/bin/python scripts/reference_table.py --write    # replace it in README.md (between the markers)
+    .venv/bin/python scripts/reference_table.py --check    # exit 1 if README.md is out of date (a test runs this)
+
+One row per reference machine: a few headline numbers from the notebooks, each looked up by its notebook,
+experiment and variant, so the table can never disagree with the shipped results. A number a machine did not
+measure (no GPU, or a notebook it did not run) shows as "–".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "data" / "reference"
+README = REPO / "README.md"
+START, END = "<!-- reference-table:start -->", "<!-- reference-table:end -->"
+
+Records = list[dict]
+
+
+def _find(records: Records, notebook: str, experiment: str, variant: str) -> dict | None:
+    matches = [r for r in records if (r["notebook"], r["experiment"], r["variant"]) == (notebook, experiment, variant)]
+    return matches[-1] if matches else None
+
+
+def _metric(notebook: str, experiment: str, variant: str, key: str, scale: float) -> Callable[[Records], float | None]:
+    def get(records: Records) -> float | None:
+        r = _find(records, notebook, experiment, variant)
+        value = (r or {}).get("metrics", {}).get(key)
+        return value * scale if value is not None else None
+    return get
+
+
+def _median(records: Records, notebook: str, experiment: str, variant: str) -> float | None:
+    r = _find(records, notebook, experiment, variant)
+    return (r.get("measurement") or {}).get("median") if r else None
+
+
+def _ratio(notebook: str, experiment: str, slow: str, fast: str) -> Callable[[Records], float | None]:
+    def get(records: Records) -> float | None:
+        a, b = _median(records, notebook, experiment, slow), _median(records, notebook, experiment, fast)
+        return a / b if a and b else None
+    return get
+
+
+def _best_throughput(records: Records) -> float | None:
+    rows = [r for r in records if r["notebook"] == "03_batch_sizing" and r["experiment"] == "sweep"
+            and r["variant"] == "resnet18" and (r.get("measurement") or {}).get("median")]
+    return max((r["batch"] / r["measurement"]["median"] for r in rows), default=None)
+
+
+COLUMNS: list[tuple[str, Callable[[Records], float | None], str]] = [
+    ("fp32 matmul (TFLOP/s)", _metric("00_environment", "roofline", "matmul fp32", "flops", 1e-12), "{:.2f}"),
+    ("bf16 matmul (TFLOP/s)", _metric("00_environment", "roofline", "matmul bf16", "flops", 1e-12), "{:.1f}"),
+    ("memory (GB/s)", _metric("00_environment", "roofline", "memory bandwidth", "bytes_per_s", 1e-9), "{:.0f}"),
+    ("per-op launch/dispatch (µs)", _metric("00_environment", "roofline", "dispatch latency", "seconds", 1e6),
+     "{:.1f}"),
+    ("resnet18, 1 image (ms)", lambda r: (lambda m: m * 1e3 if m else None)(
+        _median(r, "00_environment", "timing", "resnet18 steady state")), "{:.2f}"),
+    ("resnet18 best throughput (img/s)", _best_throughput, "{:,.0f}"),
+    ("fused pointwise chain vs eager", _ratio("04_compilation_fusion", "fusion", "pointwise, eager",
+                                              "pointwise, compiled"), "{:.1f}×"),
+    ("CUDA graph vs eager, MLP batch 1", _ratio("04_compilation_fusion", "cuda graphs", "eager", "cuda graph"),
+     "{:.1f}×"),
+]
+
+
+def load(path: Path) -> Records:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def table(reference: Path = REFERENCE) -> str:
+    header = ["machine", "torch", "notebooks", *[c[0] for c in COLUMNS]]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for path in sorted(reference.glob("*.jsonl")):
+        records = load(path)
+        if not records:
+            continue
+        torch_version = records[0].get("versions", {}).get("torch", "?")
+        notebooks = sorted({r["notebook"][:2] for r in records})
+        cells = [f"`{path.stem}`", torch_version, f"{notebooks[0]}–{notebooks[-1]}"]
+        for _, get, fmt in COLUMNS:
+            value = get(records)
+            cells.append(fmt.format(value) if value is not None else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def replace(text: str, new_table: str) -> str:
+    if START not in text or END not in text:
+        raise SystemExit(f"README.md has no {START} … {END} markers to put the table between.")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{new_table}\n{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", action="store_true", help="update README.md")
+    group.add_argument("--check", action="store_true", help="fail if README.md is out of date")
+    args = parser.parse_args(argv)
+    new_table = table()
+    if not (args.write or args.check):
+        print(new_table)
+        return 0
+    text = README.read_text(encoding="utf-8")
+    updated = replace(text, new_table)
+    if args.check:
+        if updated != text:
+            print("README.md's reference table is out of date: run scripts/reference_table.py --write", file=sys.stderr)
+            return 1
+        return 0
+    README.write_text(updated, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""The README's reference table is generated from data/reference/ and must match it; each reference file
+is well-formed and says where it came from."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "data" / "reference"
+
+
+def test_readme_reference_table_is_up_to_date():
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "reference_table.py"), "--check"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_every_reference_file_is_full_mode_from_one_machine_with_versions():
+    files = sorted(REFERENCE.glob("*.jsonl"))
+    assert files
+    for path in files:
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        assert records, path.name
+        assert {r["machine_id"] for r in records} == {path.stem}, path.name
+        assert {r["mode"] for r in records} == {"full"}, path.name
+        assert all(r["versions"]["torch"] for r in records), path.name
+
+
+def test_gpu_references_say_which_gpu_driver_and_date():
+    for path in REFERENCE.glob("cuda-*.jsonl"):
+        env = json.loads(path.with_suffix(".env.json").read_text())
+        assert env["machine_id"] == path.stem
+        assert env["environment"]["gpu"] and env["environment"]["driver"] and env["date"]
+        assert env["packages"]["torch"]
