@@ -252,3 +252,28 @@ def kernel_excerpt(code: str, max_lines: int = 30) -> str:
     lines = [line for line in lines if line.strip() and not line.lstrip().startswith(boilerplate)]
     excerpt = "\n".join(lines[:max_lines])
     return excerpt + (f"\n    … ({len(lines) - max_lines} more lines)" if len(lines) > max_lines else "")
+
+
+def gemm_epilogue_fused(code: str) -> bool:
+    """Whether the generated code computes a GEMM in a generated template with an activation fused into it
+    (Triton templates are named ``triton_tem_fused_<ops>``)."""
+    return any("tem_fused" in n and any(act in n for act in ("gelu", "relu", "silu", "tanh", "sigmoid"))
+               for n in kernel_names(code))
+
+
+def describe_gemm(code: str) -> str:
+    """One sentence on how the generated code does a GEMM followed by bias and activation."""
+    names, externs = kernel_names(code), extern_calls(code)
+    templates = [n for n in names if "tem_fused" in n]
+    others = ", ".join(n for n in names if n not in templates) or "none"
+    if gemm_epilogue_fused(code):
+        return f"the GEMM is a generated template ({templates[0]}) with the activation fused into it"
+    if templates:
+        return f"the GEMM is a generated template ({templates[0]}); the activation is another kernel ({others})"
+    if "addmm" in externs:
+        return ("the GEMM is a library call with the bias folded in (addmm); the activation is a separate kernel "
+                f"({others})")
+    if externs:
+        return (f"the GEMM is a library call ({', '.join(externs)}); the bias add and the activation are fused "
+                f"into one kernel after it ({others})")
+    return f"no GEMM found; generated kernels: {others}"

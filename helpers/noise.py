@@ -26,11 +26,13 @@ Each filter below matches one exact message, and each says why it is harmless. A
    it compares formats, and measures TF32 explicitly (notebook 02); the advice is noted there.
 8. Starting and stopping ``torch.profiler`` prints *"USDT:… SyncActivityProfilerHandler.cpp… profiler_start"*
    (and ``profiler_stop``) from C++ straight to the process's stderr, on every start and stop; no log level
-   or variable turns it off. :func:`profiler_markers_silenced` sends file descriptor 2 to ``/dev/null``
-   around the start and the stop only (never around the profiled code), so nothing else is hidden.
+   or variable turns it off. :func:`profiler_markers_silenced` captures file descriptor 2 around the start
+   and the stop only (never around the profiled code), drops those two lines and writes every other line
+   back, so a real profiler error still shows.
 9. Inductor's GEMM autotuner (``max-autotune``) in some torch versions calls the deprecated
    ``tensor.storage()`` itself, which warns *"TypedStorage is deprecated"*. It is torch's own internal call,
-   attributed to ``torch._inductor``; the same warning from any other module still shows.
+   attributed to ``torch._inductor``. (torch emits this warning once per process, so after it a learner's own
+   ``.storage()`` call would not warn either; the course's code never calls it.)
 """
 
 from __future__ import annotations
@@ -59,18 +61,25 @@ class _DropMessage(logging.Filter):
 
 @contextlib.contextmanager
 def profiler_markers_silenced() -> Iterator[None]:
-    """Silence what native code writes to stderr inside the block (see 8 above): wrap a profiler's start and
-    stop, not the work being profiled."""
+    """Drop the profiler's ``USDT: … profiler_start/stop`` lines that native code writes to stderr inside the
+    block (see 8 above); every other line written there is passed on. Wrap a profiler's start and stop."""
+    import tempfile
+
     sys.stderr.flush()
     saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture.read().splitlines(keepends=True)
+                    if not (line.startswith(b"USDT:") and b"profiler_st" in line)]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 def quiet_onnxruntime() -> None:

@@ -22,12 +22,29 @@ def test_eager_kernels_are_the_ops_called_not_their_internals():
 
 
 def test_compiled_chain_is_one_kernel_and_matches_eager():
-    fusion.enable_cpu_kernel_profiling()
+    import torch._inductor.config as inductor_config
+
     x = torch.randn(64, 32)
-    compiled = torch.compile(chain)
-    torch.testing.assert_close(compiled(x), chain(x))
-    count = fusion.count_kernels(compiled, x, device="cpu")
+    with inductor_config.patch({"cpp.enable_kernel_profile": True}):  # what enable_cpu_kernel_profiling() sets
+        compiled = torch.compile(chain)
+        torch.testing.assert_close(compiled(x), chain(x))
+        count = fusion.count_kernels(compiled, x, device="cpu")  # may recompile (inference mode): flag still on
     assert count.n == 1 and "cpp_fused" in count.kernels[0], count.kernels
+
+
+def test_compiled_without_kernel_profiling_is_refused_with_a_clear_message():
+    import torch._inductor.config as inductor_config
+
+    def other_chain(x):
+        return torch.sigmoid(x * 3.0) + 2.0
+
+    x = torch.randn(8, 16)
+    with inductor_config.patch({"cpp.enable_kernel_profile": False}):
+        compiled = torch.compile(other_chain)
+        compiled(x)
+        with pytest.raises(RuntimeError, match="enable_cpu_kernel_profiling") as info:
+            fusion.count_kernels(compiled, x, device="cpu")
+    assert one_line(info.value)
 
 
 def test_traffic_counts_intermediates_and_the_fused_minimum():
@@ -40,6 +57,15 @@ def test_traffic_counts_intermediates_and_the_fused_minimum():
     # three intermediates, each written once and read once
     assert t.intermediate == 3 * 8000
     assert t.saving == pytest.approx(4.0)
+
+
+def test_traffic_follows_composite_ops_into_their_kernels():
+    layer = torch.nn.Linear(100, 10)  # linear = a view of the weight (t) + addmm: one op that moves bytes
+    x = torch.randn(4, 100)
+    t = fusion.traffic(layer, x)
+    assert t.ops == ["addmm"]
+    # reads x (1600 B), the weight (4000 B) and the bias (40 B); writes the output (160 B)
+    assert t.unfused == t.fused == 1600 + 4000 + 40 + 160 and t.intermediate == 0
 
 
 def test_traffic_of_independent_ops_reads_the_input_once_when_fused():
@@ -92,12 +118,14 @@ def test_count_kernels_bad_input():
     assert one_line(info.value)
 
 
-def test_profiler_markers_silenced_restores_stderr(capfd):
+def test_profiler_markers_dropped_other_stderr_kept(capfd):
     with noise.profiler_markers_silenced():
-        os.write(2, b"hidden native line\n")
+        os.write(2, b"USDT:2026-11-29 22:43:33 1:1 SyncActivityProfilerHandler.cpp:39] profiler_start\n")
+        os.write(2, b"a real native error line\n")
     os.write(2, b"visible line\n")
     err = capfd.readouterr().err
-    assert "hidden native line" not in err and "visible line" in err
+    assert "profiler_start" not in err
+    assert "a real native error line" in err and "visible line" in err
 
 
 def test_short_kernel_names():
@@ -107,3 +135,13 @@ def test_short_kernel_names():
     assert fusion.short_kernel_name("sgemm_largek_lds64<true, false, 5>(float*, int)") == "sgemm_largek_lds64"
     assert fusion.short_kernel_name("triton_poi_fused_add_mul_relu_0") == "triton_poi_fused_add_mul_relu_0"
     assert fusion.KernelCount("cuda", ["void k<1>(int)", "aten::relu"]).short() == ["k", "aten::relu"]
+
+
+def test_describe_gemm_reads_the_generated_code():
+    template = "triton_tem_fused_addmm_gelu_0 = async_compile.triton('triton_tem_fused_addmm_gelu_0', '')"
+    assert fusion.gemm_epilogue_fused(template)
+    assert "with the activation fused" in fusion.describe_gemm(template)
+    assert not fusion.gemm_epilogue_fused(CPP_CODE)
+    assert "bias folded in (addmm)" in fusion.describe_gemm(CPP_CODE)
+    after_mm = TRITON_CODE + "\n    extern_kernels.mm(a, b, out=buf0)\n"
+    assert "fused into one kernel after it" in fusion.describe_gemm(after_mm)

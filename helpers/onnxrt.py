@@ -1,0 +1,280 @@
+"""ONNX export and ONNX Runtime, the course's way: dynamic batch, honest providers, measured options.
+
+- :func:`export` — ``torch.onnx.export(..., dynamo=True)`` with a dynamic batch dimension, checked with
+  ``onnx.checker``, saved under the outputs folder;
+- :func:`graph_summary` — opset, op counts, node count, graph and external-data bytes of a saved model;
+- :func:`working_providers` — the execution providers that really run here (``get_available_providers()``
+  lists CUDA and TensorRT on a GPU-less machine too: it says what the wheel was built with, not what works);
+- :func:`session` — an ``InferenceSession`` with a named optimisation level, thread count, and optionally the
+  optimised graph saved to disk;
+- :class:`OrtModel` — a session called like a torch module: tensors in, tensors out; on CUDA through IO
+  binding, so inputs and outputs stay on the GPU;
+- :func:`quantize` — ORT's static (QDQ, per-channel, calibrated) or dynamic int8 quantization.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .paths import outputs_dir
+
+LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+          "all": "ORT_ENABLE_ALL"}
+
+
+def onnx_dir() -> Path:
+    """Where exported and quantized models go: ``<outputs>/onnx`` (git-ignored)."""
+    path = outputs_dir() / "onnx"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def export(model: torch.nn.Module, example: torch.Tensor, name: str, dynamic_batch: bool = True,
+           external_data: bool = False, folder: str | os.PathLike[str] | None = None) -> Path:
+    """Export ``model`` (called on ``example``) to ``<folder>/<name>.onnx`` with the dynamo exporter, batch
+    dimension dynamic, and check the file with ``onnx.checker``. ``external_data=True`` writes the weights
+    to ``<name>.onnx.data`` beside the graph (needed beyond protobuf's 2 GB limit)."""
+    import onnx
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"export() needs a torch.nn.Module, got {type(model).__name__}.")
+    if not isinstance(example, torch.Tensor) or example.dim() == 0:
+        raise ValueError("export() needs an example input tensor with a batch dimension, e.g. x[:2].")
+    if dynamic_batch and example.shape[0] == 1:
+        # torch.export specialises a dimension of size 1 (it cannot tell it from broadcasting)
+        raise ValueError("use an example batch of at least 2 for a dynamic batch dimension (size 1 is specialised).")
+    path = Path(folder or onnx_dir()) / f"{name}.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in (path, path.with_name(path.name + ".data")):
+        stale.unlink(missing_ok=True)
+    dynamic_shapes = ({0: torch.export.Dim("batch", min=1, max=65536)},) if dynamic_batch else None
+    was_training = model.training
+    model.eval()
+    try:
+        with _cudnn_flags_for_export():
+            program = torch.onnx.export(model, (example,), dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False)
+    finally:
+        model.train(was_training)
+    program.save(str(path), external_data=external_data)
+    onnx.checker.check_model(str(path))  # a path, so that external data is checked too
+    return path
+
+
+@contextlib.contextmanager
+def _cudnn_flags_for_export() -> Iterator[None]:
+    """torch.export reads the legacy ``torch.backends.cudnn.allow_tf32`` flag, which raises once a notebook has
+    set ``torch.backends.cudnn.conv.fp32_precision`` (as the course does, to keep fp32 exact). Export traces
+    with fake tensors and runs no convolution, so the flags are put back to their defaults for its duration."""
+    conv, rnn = torch.backends.cudnn.conv, torch.backends.cudnn.rnn
+    saved = conv.fp32_precision, rnn.fp32_precision
+    conv.fp32_precision = rnn.fp32_precision = "tf32"
+    try:
+        yield
+    finally:
+        conv.fp32_precision, rnn.fp32_precision = saved
+
+
+@dataclass
+class GraphSummary:
+    path: Path
+    opset: int
+    nodes: int
+    ops: dict[str, int]
+    graph_bytes: int
+    external_bytes: int
+    inputs: dict[str, list[Any]]
+
+    def row(self) -> dict[str, Any]:
+        return {"file": self.path.name, "opset": self.opset, "nodes": self.nodes,
+                "graph (KiB)": round(self.graph_bytes / 1024, 1),
+                "external data (KiB)": round(self.external_bytes / 1024, 1),
+                "inputs": ", ".join(f"{k}{v}" for k, v in self.inputs.items()),
+                "ops": ", ".join(f"{op}×{n}" for op, n in self.ops.items())}
+
+
+def graph_summary(path: str | os.PathLike[str]) -> GraphSummary:
+    """What is in a saved ONNX model: opset, ops by count, sizes, input shapes (``'batch'`` = dynamic)."""
+    import onnx
+
+    path = Path(path)
+    model = onnx.load(str(path), load_external_data=False)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    ops = Counter(n.op_type for n in model.graph.node)
+    data = path.with_name(path.name + ".data")
+    inputs = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    return GraphSummary(path, opset, len(model.graph.node), dict(ops.most_common()), path.stat().st_size,
+                        data.stat().st_size if data.exists() else 0, inputs)
+
+
+@contextlib.contextmanager
+def _ort_quiet(severity: int = 4) -> Iterator[None]:
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(severity)
+    try:
+        yield
+    finally:
+        ort.set_default_logger_severity(2 if torch.cuda.is_available() else 3)
+
+
+def _tiny_model() -> bytes:
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def provider_works(provider: str) -> bool:
+    """Whether a session asked for ``provider`` really gets it (it falls back to the CPU silently otherwise)."""
+    import onnxruntime as ort
+
+    if provider not in ort.get_available_providers():
+        return False
+    if provider == "CPUExecutionProvider":
+        return True
+    if not torch.cuda.is_available():  # CUDA and TensorRT providers need a CUDA GPU
+        return False
+    if hasattr(ort, "preload_dlls"):  # CUDA/cuDNN libraries from the pip-installed nvidia wheels (torch's)
+        with contextlib.suppress(Exception):
+            ort.preload_dlls()
+    try:
+        with _ort_quiet():
+            sess = ort.InferenceSession(_tiny_model(), providers=[provider, "CPUExecutionProvider"])
+            sess.run(None, {"x": np.ones(1, np.float32)})
+    except Exception:  # a provider library that fails to load is "not working", which is the answer
+        return False
+    return sess.get_providers()[0] == provider
+
+
+def working_providers() -> list[str]:
+    """The providers that work here, fastest first: TensorRT and CUDA (if they load on a real GPU), then CPU."""
+    return [p for p in ("TensorrtExecutionProvider", "CUDAExecutionProvider") if provider_works(p)] + [
+        "CPUExecutionProvider"]
+
+
+def session(path: str | os.PathLike[str], provider: str = "CPUExecutionProvider", level: str = "all",
+            threads: int | None = None, optimized_path: str | os.PathLike[str] | None = None,
+            provider_options: dict[str, Any] | None = None) -> Any:
+    """An ``onnxruntime.InferenceSession`` on ``provider`` with graph optimisation ``level`` (disabled, basic,
+    extended, all), ``threads`` intra-op threads (None: ORT's default, one per core), optionally writing the
+    optimised graph to ``optimized_path``. Fails, rather than falling back, if the provider does not load."""
+    import onnxruntime as ort
+
+    if level not in LEVELS:
+        raise ValueError(f"level={level!r}: use one of {', '.join(LEVELS)}.")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads={threads!r} must be a positive integer, or None for ORT's default.")
+    if provider not in ort.get_available_providers():
+        raise ValueError(f"provider={provider!r} is not in this onnxruntime build; it has "
+                         f"{', '.join(ort.get_available_providers())}.")
+    if not provider_works(provider):
+        raise RuntimeError(f"{provider} does not load here (no CUDA GPU, or its libraries are missing); "
+                           "use helpers.onnxrt.working_providers() to pick one that works.")
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level])
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    if optimized_path is not None:
+        options.optimized_model_filepath = str(optimized_path)
+    providers: list[Any] = [(provider, provider_options or {})]
+    if provider != "CPUExecutionProvider":
+        providers.append("CPUExecutionProvider")  # for the ops the accelerator does not implement
+    return ort.InferenceSession(str(path), options, providers=providers)
+
+
+_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+          "tensor(uint8)": np.uint8, "tensor(int8)": np.int8}
+
+
+class OrtModel:
+    """Call an ONNX Runtime session like a model: ``OrtModel(sess)(x)`` with a torch tensor, returns a torch
+    tensor (the first output). On the CPU provider through NumPy (no copy for a contiguous CPU tensor); on
+    CUDA through IO binding with the tensors' own GPU memory, so nothing crosses to the host."""
+
+    def __init__(self, sess: Any) -> None:
+        self.session = sess
+        self.input = sess.get_inputs()[0]
+        self.output = sess.get_outputs()[0]
+        self.provider = sess.get_providers()[0]
+        self.on_gpu = self.provider in ("CUDAExecutionProvider", "TensorrtExecutionProvider")
+        self.dtype = _NUMPY.get(self.input.type, np.float32)
+
+    def numpy(self, x: np.ndarray) -> np.ndarray:
+        return self.session.run([self.output.name], {self.input.name: x})[0]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.on_gpu and x.is_cuda:
+            return self._bound(x)
+        array = x.detach().cpu().numpy()
+        if array.dtype != self.dtype:
+            array = array.astype(self.dtype)
+        return torch.from_numpy(self.numpy(np.ascontiguousarray(array))).to(x.device)
+
+    def _bound(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        shape = [x.shape[0] if isinstance(d, str) or d is None else d for d in self.output.shape]
+        out = torch.empty(shape, dtype=torch.float32, device=x.device)
+        binding = self.session.io_binding()
+        index = x.device.index or 0
+        binding.bind_input(self.input.name, "cuda", index, self.dtype, tuple(x.shape), x.data_ptr())
+        binding.bind_output(self.output.name, "cuda", index, np.float32, tuple(out.shape), out.data_ptr())
+        torch.cuda.current_stream(x.device).synchronize()  # x is ready before ORT's own stream reads it
+        self.session.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+        return out
+
+
+class _Reader:
+    """A CalibrationDataReader over a list of input batches."""
+
+    def __init__(self, name: str, batches: Iterable[np.ndarray]) -> None:
+        self.name = name
+        self.batches = iter(list(batches))
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        batch = next(self.batches, None)
+        return None if batch is None else {self.name: batch}
+
+
+def quantize(path: str | os.PathLike[str], mode: str, calibration: Iterable[np.ndarray] | None = None,
+             name: str | None = None) -> Path:
+    """int8-quantize a saved model with ONNX Runtime's tools; returns the new file's path.
+
+    ``mode="static"``: QDQ format, per-channel int8 weights, int8 activations with ranges calibrated on
+    ``calibration`` (a list of input batches of real data). ``mode="dynamic"``: int8 weights, activations
+    quantized on the fly in every call (no calibration). Both run ``quant_pre_process`` first, as ORT advises.
+    """
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    if mode not in ("static", "dynamic"):
+        raise ValueError(f"mode={mode!r}: use 'static' (calibrated QDQ) or 'dynamic'.")
+    if mode == "static" and not calibration:
+        raise ValueError("static quantization needs calibration batches of real inputs (a list of arrays).")
+    src = Path(path)
+    stem = name or src.stem
+    pre = src.with_name(f"{stem}.pre.onnx")
+    out = src.with_name(f"{stem}.int8-{mode}.onnx")
+    with _ort_quiet(3):
+        quant_pre_process(str(src), str(pre))
+        if mode == "static":
+            import onnx
+
+            input_name = onnx.load(str(pre), load_external_data=False).graph.input[0].name
+            quantize_static(str(pre), str(out), _Reader(input_name, calibration), quant_format=QuantFormat.QDQ,
+                            per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+        else:
+            quantize_dynamic(str(pre), str(out), weight_type=QuantType.QInt8)
+    pre.unlink(missing_ok=True)
+    return out
