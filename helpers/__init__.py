@@ -2,7 +2,7 @@
 
 One concept per module: ``device`` (choose, sync, report), ``timing`` (Measurement, benchmark),
 ``roofline`` (this machine's limits), ``doctor`` (which regime a model is in), ``fusion`` (kernels, bytes
-and generated code, eager vs compiled),
+and generated code, eager vs compiled), ``onnxrt`` (ONNX export, ONNX Runtime sessions, int8),
 ``harness`` (compare variants: speed, size, memory, accuracy), ``memory`` (peak memory of a call),
 ``batching`` (knee, latency target, largest batch, serving simulation), ``results`` (record and load),
 ``plotting`` (one style),

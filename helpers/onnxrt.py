@@ -187,7 +187,14 @@ def session(path: str | os.PathLike[str], provider: str = "CPUExecutionProvider"
         options.intra_op_num_threads = threads
     if optimized_path is not None:
         options.optimized_model_filepath = str(optimized_path)
-    providers: list[Any] = [(provider, provider_options or {})]
+        if level == "all":
+            # ORT warns that a graph saved at 'all' (with the CPU's NCHWc layout) runs only on this hardware:
+            # the course says so in its own words, so the session's own log is kept to errors.
+            options.log_severity_level = 3
+    provider_options = dict(provider_options or {})
+    if provider == "CUDAExecutionProvider":
+        provider_options.setdefault("use_tf32", 0)  # fp32 means fp32, as in the course's PyTorch code
+    providers: list[Any] = [(provider, provider_options)]
     if provider != "CPUExecutionProvider":
         providers.append("CPUExecutionProvider")  # for the ops the accelerator does not implement
     return ort.InferenceSession(str(path), options, providers=providers)
@@ -195,6 +202,8 @@ def session(path: str | os.PathLike[str], provider: str = "CPUExecutionProvider"
 
 _NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
           "tensor(uint8)": np.uint8, "tensor(int8)": np.int8}
+_TORCH = {"tensor(float)": torch.float32, "tensor(float16)": torch.float16, "tensor(int64)": torch.int64,
+          "tensor(uint8)": torch.uint8, "tensor(int8)": torch.int8}
 
 
 class OrtModel:
@@ -222,7 +231,8 @@ class OrtModel:
         return torch.from_numpy(self.numpy(np.ascontiguousarray(array))).to(x.device)
 
     def _bound(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.contiguous()
+        # ORT reads the memory as the model's input type: a tensor of another dtype is converted, never reinterpreted
+        x = x.to(_TORCH.get(self.input.type, torch.float32)).contiguous()
         shape = [x.shape[0] if isinstance(d, str) or d is None else d for d in self.output.shape]
         out = torch.empty(shape, dtype=torch.float32, device=x.device)
         binding = self.session.io_binding()
@@ -248,11 +258,13 @@ class _Reader:
 
 
 def quantize(path: str | os.PathLike[str], mode: str, calibration: Iterable[np.ndarray] | None = None,
-             name: str | None = None) -> Path:
+             name: str | None = None, activations: str = "uint8") -> Path:
     """int8-quantize a saved model with ONNX Runtime's tools; returns the new file's path.
 
-    ``mode="static"``: QDQ format, per-channel int8 weights, int8 activations with ranges calibrated on
-    ``calibration`` (a list of input batches of real data). ``mode="dynamic"``: int8 weights, activations
+    ``mode="static"``: QDQ format, per-channel int8 weights, activations (``"uint8"`` or ``"int8"``) with ranges
+    calibrated on ``calibration`` (a list of input batches of real data). uint8 activations with int8 weights
+    (U8S8) is what ORT's x86 int8 kernels are built for; with int8 activations (S8S8) its CPU provider leaves
+    some operators in fp32 between Dequantize/Quantize pairs. ``mode="dynamic"``: int8 weights, activations
     quantized on the fly in every call (no calibration). Both run ``quant_pre_process`` first, as ORT advises.
     """
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
@@ -262,19 +274,31 @@ def quantize(path: str | os.PathLike[str], mode: str, calibration: Iterable[np.n
         raise ValueError(f"mode={mode!r}: use 'static' (calibrated QDQ) or 'dynamic'.")
     if mode == "static" and not calibration:
         raise ValueError("static quantization needs calibration batches of real inputs (a list of arrays).")
+    if activations not in ("uint8", "int8"):
+        raise ValueError(f"activations={activations!r}: use 'uint8' (U8S8, fastest on x86) or 'int8' (S8S8).")
     src = Path(path)
     stem = name or src.stem
     pre = src.with_name(f"{stem}.pre.onnx")
-    out = src.with_name(f"{stem}.int8-{mode}.onnx")
+    out = src.with_name(f"{stem}.int8-{mode}" + (f"-{activations}" if mode == "static" else "") + ".onnx")
     with _ort_quiet(3):
         quant_pre_process(str(src), str(pre))
         if mode == "static":
             import onnx
 
             input_name = onnx.load(str(pre), load_external_data=False).graph.input[0].name
+            act = QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8
             quantize_static(str(pre), str(out), _Reader(input_name, calibration), quant_format=QuantFormat.QDQ,
-                            per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+                            per_channel=True, activation_type=act, weight_type=QuantType.QInt8)
         else:
             quantize_dynamic(str(pre), str(out), weight_type=QuantType.QInt8)
     pre.unlink(missing_ok=True)
     return out
+
+
+def optimized_summary(path: str | os.PathLike[str], level: str = "extended") -> GraphSummary:
+    """The graph ONNX Runtime's CPU provider actually runs at ``level``: e.g. how many QDQ-wrapped convolutions
+    it fused into ``QLinearConv`` and how many it left as fp32 ``Conv``."""
+    path = Path(path)
+    optimized = path.with_name(f"{path.stem}.opt-{level}.onnx")
+    session(path, "CPUExecutionProvider", level=level, optimized_path=optimized)
+    return graph_summary(optimized)

@@ -1,0 +1,152 @@
+"""helpers.onnxrt: export with a dynamic batch, honest providers, sessions, parity, int8 quantization."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import one_line
+
+from helpers import onnxrt
+
+
+class SmallCNN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.fc = torch.nn.Linear(4 * 8 * 8, 3)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+@pytest.fixture(scope="module")
+def cnn_path(tmp_path_factory):
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    path = onnxrt.export(model, torch.randn(2, 1, 8, 8), "small_cnn", folder=tmp_path_factory.mktemp("onnx"))
+    return model, path
+
+
+def test_export_has_a_dynamic_batch_and_runs_at_any_batch(cnn_path):
+    model, path = cnn_path
+    summary = onnxrt.graph_summary(path)
+    dims = list(summary.inputs.values())[0]
+    assert isinstance(dims[0], str) and dims[1:] == [1, 8, 8]
+    assert summary.ops.get("Conv") == 1 and summary.external_bytes == 0 and summary.opset >= 17
+    ort_model = onnxrt.OrtModel(onnxrt.session(path))
+    for batch in (1, 3, 17):
+        x = torch.randn(batch, 1, 8, 8)
+        torch.testing.assert_close(ort_model(x), model(x).detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_external_data_is_written_beside_the_graph(tmp_path):
+    model = torch.nn.Linear(64, 64)
+    path = onnxrt.export(model, torch.randn(2, 64), "lin", external_data=True, folder=tmp_path)
+    summary = onnxrt.graph_summary(path)
+    assert path.with_name("lin.onnx.data").exists() and summary.external_bytes >= 64 * 64 * 4
+
+
+def test_export_works_after_the_course_sets_cudnn_precision(tmp_path):
+    saved = torch.backends.cudnn.conv.fp32_precision
+    torch.backends.cudnn.conv.fp32_precision = "ieee"  # what the notebooks do; torch.export then refuses alone
+    try:
+        onnxrt.export(SmallCNN().eval(), torch.randn(2, 1, 8, 8), "cnn_ieee", folder=tmp_path)
+        assert torch.backends.cudnn.conv.fp32_precision == "ieee"  # restored after the export
+    finally:
+        torch.backends.cudnn.conv.fp32_precision = saved
+
+
+def test_export_bad_input(tmp_path):
+    with pytest.raises(TypeError, match="nn.Module") as info:
+        onnxrt.export(lambda x: x, torch.randn(2, 3), "f", folder=tmp_path)
+    assert one_line(info.value)
+    with pytest.raises(ValueError, match="at least 2") as info:
+        onnxrt.export(torch.nn.Linear(3, 3), torch.randn(1, 3), "one", folder=tmp_path)
+    assert one_line(info.value)
+
+
+def test_providers_are_what_works_not_what_is_listed(no_gpu, cnn_path, capfd):
+    assert onnxrt.working_providers() == ["CPUExecutionProvider"]
+    assert not onnxrt.provider_works("CUDAExecutionProvider")
+    with pytest.raises(RuntimeError, match="working_providers") as info:
+        onnxrt.session(cnn_path[1], provider="CUDAExecutionProvider")
+    assert one_line(info.value)
+    assert "onnxruntime:" not in capfd.readouterr().err  # ORT's log lines look like [E:onnxruntime:…]
+
+
+def test_the_probe_really_opens_a_session(no_gpu, monkeypatch, capfd):
+    # Pretend torch sees a GPU: the probe must then try the CUDA provider for real, see the session fall back
+    # to the CPU (no driver here), answer False, and keep ORT's error lines out of the output.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not onnxrt.provider_works("CUDAExecutionProvider")
+    assert "onnxruntime:" not in capfd.readouterr().err
+
+
+def test_cpu_only_onnxruntime_beside_a_cuda_torch(monkeypatch):
+    # The course's GPU machine: torch has CUDA, the onnxruntime wheel has only the CPU provider.
+    import onnxruntime
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    assert onnxrt.working_providers() == ["CPUExecutionProvider"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="IO binding needs a CUDA GPU")
+def test_io_binding_keeps_tensors_on_the_gpu_and_converts_dtypes(cnn_path):
+    model, path = cnn_path
+    if not onnxrt.provider_works("CUDAExecutionProvider"):
+        pytest.skip("this onnxruntime has no working CUDA provider")
+    ort_model = onnxrt.OrtModel(onnxrt.session(path, "CUDAExecutionProvider"))
+    x = torch.randn(5, 1, 8, 8, device="cuda")
+    out = ort_model(x.double())  # another dtype is converted, not reinterpreted
+    assert out.is_cuda
+    torch.testing.assert_close(out.cpu(), model(x.cpu()).detach(), rtol=1e-4, atol=1e-4)
+
+
+def test_saving_an_all_level_graph_logs_nothing(cnn_path, tmp_path, capfd):
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(2)  # as on a GPU machine, where warnings are not raised to errors
+    try:
+        onnxrt.session(cnn_path[1], level="all", optimized_path=tmp_path / "all.onnx")
+    finally:
+        onnxruntime.set_default_logger_severity(2 if torch.cuda.is_available() else 3)
+    assert "onnxruntime:" not in capfd.readouterr().err
+
+
+def test_session_bad_options(cnn_path):
+    with pytest.raises(ValueError, match="level") as info:
+        onnxrt.session(cnn_path[1], level="max")
+    assert one_line(info.value)
+    with pytest.raises(ValueError, match="threads"):
+        onnxrt.session(cnn_path[1], threads=0)
+    with pytest.raises(ValueError, match="not in this onnxruntime build"):
+        onnxrt.session(cnn_path[1], provider="NoSuchExecutionProvider")
+
+
+def test_optimized_graph_is_saved_and_smaller(cnn_path, tmp_path):
+    out = tmp_path / "opt.onnx"
+    onnxrt.session(cnn_path[1], level="extended", optimized_path=out)
+    assert onnxrt.graph_summary(out).nodes < onnxrt.graph_summary(cnn_path[1]).nodes  # Conv+Relu fused
+
+
+def test_quantize_static_and_dynamic(cnn_path):
+    model, path = cnn_path
+    with pytest.raises(ValueError, match="calibration") as info:
+        onnxrt.quantize(path, "static")
+    assert one_line(info.value)
+    calibration = [np.random.default_rng(0).standard_normal((8, 1, 8, 8)).astype(np.float32)]
+    static = onnxrt.quantize(path, "static", calibration)
+    dynamic = onnxrt.quantize(path, "dynamic")
+    with pytest.raises(ValueError, match="activations") as info:
+        onnxrt.quantize(path, "static", calibration, activations="int4")
+    assert one_line(info.value)
+    assert "QuantizeLinear" in onnxrt.graph_summary(static).ops
+    # U8S8 QDQ: the CPU provider runs the convolution as an integer QLinearConv
+    assert onnxrt.optimized_summary(static).ops.get("QLinearConv") == 1
+    assert "ConvInteger" in onnxrt.graph_summary(dynamic).ops  # the dynamic-conv pitfall's cause
+    assert not path.with_name(f"{path.stem}.pre.onnx").exists()
+    x = torch.from_numpy(calibration[0])
+    for quantized in (static, dynamic):
+        out = onnxrt.OrtModel(onnxrt.session(quantized))(x)
+        assert out.shape == (8, 3) and torch.isfinite(out).all()
+        assert (out - model(x).detach()).abs().max() < 0.5  # int8, not garbage
