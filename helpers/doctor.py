@@ -56,7 +56,39 @@ def _unique(values: Any) -> list[torch.Tensor]:
     return tensors
 
 
-class _OpCounter(TorchDispatchMode):
+def _decomposed(mode: TorchDispatchMode, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """Composite ops (matmul, linear under inference_mode) run as the kernels they decompose into: run those
+    under ``mode``, so that it sees them as a GPU or CPU would launch them. NotImplemented for other ops."""
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        with mode:
+            return func.decompose(*args, **kwargs)
+    return NotImplemented
+
+
+def _operands(name: str, args: Any, kwargs: dict[str, Any], out: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The tensors an op reads (copy_'s destination and ``out=`` are only written) and the tensors it writes."""
+    leaves = torch.utils._pytree.tree_leaves
+    read_args = args[1:] if name == "copy_" else args
+    return _unique(leaves((read_args, {k: v for k, v in kwargs.items() if k != "out"}))), _unique(leaves(out))
+
+
+class _AtenOpMode(TorchDispatchMode):
+    """Runs every aten op (a composite op as the kernels it decomposes into) and hands each to ``on_op``."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        decomposed = _decomposed(self, func, args, kwargs)
+        if decomposed is not NotImplemented:
+            return decomposed
+        out = func(*args, **kwargs)
+        self.on_op(func, func.overloadpacket.__name__, args, kwargs, out)
+        return out
+
+    def on_op(self, func: Any, name: str, args: Any, kwargs: dict[str, Any], out: Any) -> None:
+        raise NotImplementedError
+
+
+class _OpCounter(_AtenOpMode):
     """Counts aten ops, the bytes they read and write (eager mode: nothing is fused), and one FLOP per output
     element of the ops that FlopCounterMode does not count (pointwise ops, reductions)."""
 
@@ -68,22 +100,10 @@ class _OpCounter(TorchDispatchMode):
         self.host_reads = 0
         self.names: dict[str, int] = {}
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
-        # Composite ops (matmul, linear under inference_mode) run as the kernels they decompose into:
-        # count those, as a GPU or CPU would launch them.
-        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
-            with self:
-                decomposed = func.decompose(*args, **kwargs)
-            if decomposed is not NotImplemented:
-                return decomposed
-        out = func(*args, **kwargs)
-        name = func.overloadpacket.__name__
+    def on_op(self, func: Any, name: str, args: Any, kwargs: dict[str, Any], out: Any) -> None:
         self.ops += 1
         self.names[name] = self.names.get(name, 0) + 1
-        inputs = _unique(a for a in torch.utils._pytree.tree_leaves(
-            (args[1:] if name == "copy_" else args, {k: v for k, v in kwargs.items() if k != "out"})))
-        outputs = _unique(torch.utils._pytree.tree_leaves(out))
+        inputs, outputs = _operands(name, args, kwargs, out)
         # a value read back to Python (.item(), bool(tensor)), or a copy from a device to the host (.cpu(), .tolist())
         if name == "_local_scalar_dense" or (
                 any(t.device.type != "cpu" for t in inputs) and any(t.device.type == "cpu" for t in outputs)):
@@ -93,7 +113,6 @@ class _OpCounter(TorchDispatchMode):
             self.bytes += sum(t.numel() * t.element_size() for t in inputs + outputs)
             if func.overloadpacket not in flop_registry:
                 self.other_flops += sum(t.numel() for t in outputs if t.is_floating_point())
-        return out
 
 
 @dataclass

@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from .device import DeviceLike, choose_device, sync
-from .doctor import _NO_TRAFFIC, _unique
+from .doctor import _NO_TRAFFIC, _AtenOpMode, _operands, _unique
 from .noise import profiler_markers_silenced
 
 #: aten ops the profiler records that launch no kernel: views, metadata, allocations without initialisation
@@ -156,7 +155,7 @@ class Traffic:
         return self.unfused / self.fused if self.fused else float("nan")
 
 
-class _TrafficCounter(TorchDispatchMode):
+class _TrafficCounter(_AtenOpMode):
     def __init__(self) -> None:
         super().__init__()
         self.unfused = 0
@@ -168,22 +167,11 @@ class _TrafficCounter(TorchDispatchMode):
         # and two tensors at one address would be taken for one.
         self.alive: list[torch.Tensor] = []
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
-        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
-            with self:
-                decomposed = func.decompose(*args, **kwargs)
-            if decomposed is not NotImplemented:
-                return decomposed
-        out = func(*args, **kwargs)
-        name = func.overloadpacket.__name__
+    def on_op(self, func: Any, name: str, args: Any, kwargs: dict[str, Any], out: Any) -> None:
         if func.is_view or name in _NO_TRAFFIC:
-            return out
+            return
         self.ops.append(name)
-        leaves = torch.utils._pytree.tree_leaves
-        read_args = args[1:] if name == "copy_" else args  # copy_'s destination is only written
-        inputs = _unique(leaves((read_args, {k: v for k, v in kwargs.items() if k != "out"})))
-        outputs = _unique(leaves(out))
+        inputs, outputs = _operands(name, args, kwargs, out)
         for t in inputs:
             nbytes, key = t.numel() * t.element_size(), t.untyped_storage().data_ptr()
             self.unfused += nbytes
@@ -196,7 +184,6 @@ class _TrafficCounter(TorchDispatchMode):
             self.unfused += nbytes
             self.written[t.untyped_storage().data_ptr()] = nbytes
             self.alive.append(t)
-        return out
 
 
 def traffic(fn: Callable[..., Any], *args: Any) -> Traffic:
