@@ -1,0 +1,136 @@
+"""Overlap input and compute: prefetchers for the CPU (a loader thread) and the GPU (copies on a side stream),
+and the small tools to check that overlap really happened.
+
+- :class:`ThreadPrefetcher` — iterate over anything in a background thread, ``depth`` items ahead: while the
+  caller computes on item *i*, items *i+1…* are being loaded (decoding and resizing release the GIL).
+- :class:`CudaPrefetcher` — over a ``DataLoader`` with ``pin_memory=True``: copies batch *i+1* to the GPU on a
+  side stream while batch *i* computes on the default stream, with the stream synchronisation and memory
+  bookkeeping (``record_stream``) that makes it correct.
+- :func:`to_device` — move every tensor of a batch (tensor, tuple, list, dict).
+- :func:`overlap_seconds` — how much of one set of time intervals ran during another (e.g. copies during kernels).
+- :func:`child_processes` — the worker processes this process still has (a clean pipeline leaves none).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from .device import DeviceLike, choose_device
+
+_END = object()
+
+
+def to_device(batch: Any, device: DeviceLike, non_blocking: bool = False) -> Any:
+    """``batch`` with every tensor moved to ``device`` (nested tuples, lists and dicts are followed)."""
+    dev = choose_device(device)
+    return torch.utils._pytree.tree_map(
+        lambda t: t.to(dev, non_blocking=non_blocking) if isinstance(t, torch.Tensor) else t, batch)
+
+
+class ThreadPrefetcher:
+    """Iterate over ``iterable`` in a background thread, keeping up to ``depth`` items ready.
+
+    Items come out in order; an exception raised while loading is raised in the caller, at the item where it
+    happened. The thread stops when the iteration ends, fails, or the consumer stops early (``close()`` or
+    garbage collection of the generator)."""
+
+    def __init__(self, iterable: Iterable[Any], depth: int = 2) -> None:
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth={depth!r} must be an integer ≥ 1 (how many items to load ahead).")
+        self.iterable = iterable
+        self.depth = depth
+
+    def __iter__(self) -> Iterator[Any]:
+        items: queue.Queue = queue.Queue(maxsize=self.depth)
+        stop = threading.Event()
+
+        def load() -> None:
+            try:
+                for item in self.iterable:
+                    while not stop.is_set():
+                        try:
+                            items.put((item, None), timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+                items.put((_END, None))
+            except BaseException as exc:  # handed to the consumer, raised there
+                items.put((_END, exc))
+
+        thread = threading.Thread(target=load, name="ThreadPrefetcher", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item, error = items.get()
+                if error is not None:
+                    raise error
+                if item is _END:
+                    return
+                yield item
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+
+
+class CudaPrefetcher:
+    """Iterate over ``loader`` with each batch already on ``device``: the copy of batch *i+1* is issued on a
+    side CUDA stream before batch *i* is handed out, so it overlaps with the caller's compute on batch *i*.
+    The loader should pin its memory (``DataLoader(..., pin_memory=True)``): a copy from pageable memory is
+    not asynchronous."""
+
+    def __init__(self, loader: Iterable[Any], device: DeviceLike = "cuda") -> None:
+        self.device = choose_device(device)
+        if self.device.type != "cuda":
+            raise ValueError(f"CudaPrefetcher overlaps copies with CUDA streams; device={self.device} is not a "
+                             "CUDA device. On a CPU, use ThreadPrefetcher.")
+        self.loader = loader
+
+    def _issue(self, iterator: Iterator[Any], stream: torch.cuda.Stream) -> Any:
+        batch = next(iterator, _END)
+        if batch is _END:
+            return _END
+        with torch.cuda.stream(stream):
+            return to_device(batch, self.device, non_blocking=True)
+
+    def __iter__(self) -> Iterator[Any]:
+        stream = torch.cuda.Stream(self.device)
+        compute = torch.cuda.current_stream(self.device)
+        iterator = iter(self.loader)
+        upcoming = self._issue(iterator, stream)
+        while upcoming is not _END:
+            compute.wait_stream(stream)  # the batch's copy is complete before any kernel reads it
+            for t in torch.utils._pytree.tree_leaves(upcoming):
+                if isinstance(t, torch.Tensor):
+                    t.record_stream(compute)  # its memory is not reused while the compute stream may read it
+            current, upcoming = upcoming, self._issue(iterator, stream)
+            yield current
+
+
+def overlap_seconds(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
+    """Total time of intervals ``a`` that falls inside the union of intervals ``b`` (same unit as given)."""
+    merged: list[list[float]] = []
+    for start, end in sorted(b):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    total = 0.0
+    for start, end in a:
+        for m_start, m_end in merged:
+            total += max(0.0, min(end, m_end) - max(start, m_start))
+    return total
+
+
+def child_processes() -> list[Any]:
+    """This process's live child processes (e.g. DataLoader workers that were not shut down)."""
+    import psutil
+
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE]

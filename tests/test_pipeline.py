@@ -1,0 +1,101 @@
+"""helpers.pipeline: prefetchers keep order and errors, overlap really happens, nothing is left running."""
+
+import threading
+import time
+
+import pytest
+import torch
+from conftest import one_line
+
+from helpers import pipeline
+
+
+def slow(n, delay=0.02):
+    for i in range(n):
+        time.sleep(delay)
+        yield i
+
+
+def test_thread_prefetcher_keeps_order_and_overlaps():
+    start = time.perf_counter()
+    seen = []
+    for item in pipeline.ThreadPrefetcher(slow(10), depth=2):
+        time.sleep(0.02)  # the consumer's work
+        seen.append(item)
+    seconds = time.perf_counter() - start
+    assert seen == list(range(10))
+    assert seconds < 0.8 * 10 * 0.04  # serial would be 0.4 s; overlapped about 0.22 s
+
+
+def test_thread_prefetcher_raises_the_loaders_error_at_its_place():
+    def broken():
+        yield 1
+        raise OSError("corrupt JPEG")
+
+    seen = []
+    with pytest.raises(OSError, match="corrupt JPEG"):
+        for item in pipeline.ThreadPrefetcher(broken()):
+            seen.append(item)
+    assert seen == [1]
+
+
+def test_thread_prefetcher_stops_its_thread_when_the_consumer_stops_early():
+    before = threading.active_count()
+    iterator = iter(pipeline.ThreadPrefetcher(slow(1000, delay=0.001), depth=2))
+    assert next(iterator) == 0
+    iterator.close()  # what a `break` out of a for loop does, once the generator is collected
+    deadline = time.perf_counter() + 5
+    while threading.active_count() > before and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before
+
+
+def test_thread_prefetcher_bad_depth():
+    with pytest.raises(ValueError, match="depth") as info:
+        pipeline.ThreadPrefetcher([1, 2], depth=0)
+    assert one_line(info.value)
+
+
+def test_cuda_prefetcher_refuses_a_cpu_device():
+    with pytest.raises(ValueError, match="ThreadPrefetcher") as info:
+        pipeline.CudaPrefetcher([torch.ones(2)], device="cpu")
+    assert one_line(info.value)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA streams need a GPU")
+def test_cuda_prefetcher_delivers_the_same_batches_on_the_gpu():
+    batches = [(torch.randn(4, 8).pin_memory(), torch.arange(4)) for _ in range(5)]
+    out = list(pipeline.CudaPrefetcher(batches, "cuda"))
+    assert len(out) == 5 and all(x.is_cuda and y.is_cuda for x, y in out)
+    for (x, y), (gx, gy) in zip(batches, out, strict=True):
+        assert torch.equal(x, gx.cpu()) and torch.equal(y, gy.cpu())
+
+
+def test_to_device_follows_nested_batches():
+    batch = {"x": torch.ones(2), "pair": (torch.zeros(1), "label")}
+    moved = pipeline.to_device(batch, "cpu")
+    assert torch.equal(moved["x"], batch["x"]) and moved["pair"][1] == "label"
+
+
+def test_overlap_seconds():
+    copies = [(0, 10), (20, 30)]
+    kernels = [(5, 12), (8, 25)]  # merged: (5, 25)
+    assert pipeline.overlap_seconds(copies, kernels) == 5 + 5
+    assert pipeline.overlap_seconds(copies, []) == 0
+    assert pipeline.overlap_seconds([(0, 4)], [(0, 4)]) == 4
+
+
+def test_dataloader_workers_are_counted_and_then_gone():
+    import gc
+
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(list(range(8)), batch_size=2, num_workers=2, persistent_workers=True)
+    assert sum(len(b) for b in loader) == 8
+    assert len(pipeline.child_processes()) == 2
+    del loader
+    gc.collect()
+    deadline = time.perf_counter() + 10
+    while pipeline.child_processes() and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    assert pipeline.child_processes() == []
