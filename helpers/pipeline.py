@@ -49,20 +49,24 @@ class ThreadPrefetcher:
         items: queue.Queue = queue.Queue(maxsize=self.depth)
         stop = threading.Event()
 
+        def put(entry: tuple[Any, BaseException | None]) -> bool:
+            """Put unless the consumer has gone; False once it has (every put, the last ones too)."""
+            while not stop.is_set():
+                try:
+                    items.put(entry, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         def load() -> None:
             try:
                 for item in self.iterable:
-                    while not stop.is_set():
-                        try:
-                            items.put((item, None), timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
+                    if not put((item, None)):
                         return
-                items.put((_END, None))
+                put((_END, None))
             except BaseException as exc:  # handed to the consumer, raised there
-                items.put((_END, exc))
+                put((_END, exc))
 
         thread = threading.Thread(target=load, name="ThreadPrefetcher", daemon=True)
         thread.start()
@@ -128,9 +132,17 @@ def overlap_seconds(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, f
     return total
 
 
-def child_processes() -> list[Any]:
-    """This process's live child processes (e.g. DataLoader workers that were not shut down)."""
+def child_processes(exclude: Iterable[int] = ()) -> list[Any]:
+    """This process's live child processes (e.g. DataLoader workers that were not shut down), leaving out the
+    pids in ``exclude`` (take them before creating a loader: compilers and other libraries start helpers too)."""
     import psutil
 
-    return [p for p in psutil.Process().children(recursive=True) if p.is_running()
-            and p.status() != psutil.STATUS_ZOMBIE]
+    skip = set(exclude)
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.pid not in skip and child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+                alive.append(child)
+        except psutil.NoSuchProcess:  # exited while we looked
+            continue
+    return alive
