@@ -10,6 +10,7 @@ or one of Inductor's generated C++ kernels; the profiler sees those only when th
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -20,7 +21,7 @@ import torch
 
 from .device import DeviceLike, choose_device, sync
 from .doctor import _NO_TRAFFIC, _AtenOpMode, _operands, _unique
-from .noise import profiler_markers_silenced
+from .noise import quiet_profile
 
 #: aten ops the profiler records that launch no kernel: views, metadata, allocations without initialisation
 _NOT_KERNELS = {f"aten::{name}" for name in (
@@ -107,18 +108,11 @@ def count_kernels(fn: Callable[..., Any], *args: Any, device: DeviceLike = None,
         for _ in range(warmup):
             fn(*args)
         sync(dev)
-        try:  # one profiling cycle; acc_events=True also stops older torch versions warning that cycles clear events
-            prof = profile(activities=activities, acc_events=True)
-        except TypeError:  # pragma: no cover - a torch without acc_events
-            prof = profile(activities=activities)
-        with profiler_markers_silenced():
-            prof.start()
-        try:
+        # one profiling cycle; acc_events=True also stops torch 2.11 warning that cycles clear events
+        options = {"acc_events": True} if "acc_events" in inspect.signature(profile).parameters else {}
+        with quiet_profile(activities=activities, **options) as prof:
             fn(*args)
             sync(dev)
-        finally:
-            with profiler_markers_silenced():
-                prof.stop()
     events = sorted(prof.events(), key=lambda e: e.time_range.start)
     if dev.type == "cuda":
         on_gpu = [e.name for e in events if e.device_type == DeviceType.CUDA]

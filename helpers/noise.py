@@ -82,6 +82,21 @@ def profiler_markers_silenced() -> Iterator[None]:
                 os.write(2, b"".join(kept))
 
 
+@contextlib.contextmanager
+def quiet_profile(**kwargs: object) -> Iterator[object]:
+    """``torch.profiler.profile(**kwargs)``, started and stopped without its marker lines (see 8 above)."""
+    from torch.profiler import profile
+
+    prof = profile(**kwargs)
+    with profiler_markers_silenced():
+        prof.start()
+    try:
+        yield prof
+    finally:
+        with profiler_markers_silenced():
+            prof.stop()
+
+
 def quiet_onnxruntime() -> None:
     """Raise ONNX Runtime's log severity to errors-only on a machine without a CUDA GPU (see 4 above)."""
     if torch.cuda.is_available() or importlib.util.find_spec("onnxruntime") is None:

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from conftest import one_line
 
 from helpers import memory
 from helpers.models import torchvision_model
@@ -38,3 +39,66 @@ def test_rss_growth_sees_a_large_touched_allocation():
     assert memory.rss_peak_growth(lambda: torch.ones(64 * 2**20 // 4).sum()) >= 16 * 2**20
     with pytest.raises(TypeError):
         memory.rss_peak_growth(None)
+
+
+def test_oom_backoff_halves_the_batch_and_keeps_every_output():
+    from helpers.memory import run_with_oom_backoff
+
+    calls = []
+
+    def limited(chunk):  # a simulated device that holds at most 5 items at a time
+        calls.append(len(chunk))
+        if len(chunk) > 5:
+            raise torch.OutOfMemoryError("simulated: CUDA out of memory")
+        return chunk * 2
+
+    x = torch.arange(23.0)
+    result = run_with_oom_backoff(limited, x, batch=16)
+    assert torch.equal(result.outputs, x * 2)
+    assert result.batch == 4 and result.retries == [(16, 8), (8, 4)]
+    assert calls[:3] == [16, 8, 4] and max(calls[3:]) <= 4
+
+
+def test_oom_backoff_gives_up_with_a_clear_message():
+    from helpers.memory import run_with_oom_backoff
+
+    def never_fits(chunk):
+        raise torch.OutOfMemoryError("simulated")
+
+    with pytest.raises(RuntimeError, match="even at batch 2") as info:
+        run_with_oom_backoff(never_fits, torch.ones(8), batch=8, min_batch=2)
+    assert one_line(info.value)
+    with pytest.raises(ValueError, match="min_batch"):
+        run_with_oom_backoff(lambda c: c, torch.ones(8), batch=2, min_batch=4)
+    with pytest.raises(TypeError):
+        run_with_oom_backoff(None, torch.ones(8), batch=2)
+
+
+def test_oom_backoff_lets_other_errors_through():
+    from helpers.memory import run_with_oom_backoff
+
+    def broken(chunk):
+        raise ValueError("a bug, not a memory problem")
+
+    with pytest.raises(ValueError, match="a bug"):
+        run_with_oom_backoff(broken, torch.ones(4), batch=2)
+
+
+def test_cuda_memory_refuses_a_cpu(no_gpu):
+    from helpers.memory import cuda_memory
+
+    with pytest.raises(ValueError, match="psutil") as info:
+        cuda_memory("cpu")
+    assert one_line(info.value)
+
+
+def test_with_memory_cap_raises_like_a_full_device_and_otherwise_returns():
+    from helpers.memory import run_with_oom_backoff, with_memory_cap
+
+    double = with_memory_cap(lambda x: x * 2, cap_bytes=4 * 10 * 4)  # room for a 40-element float32 output
+    x = torch.arange(100.0)
+    assert torch.equal(double(x[:10]), x[:10] * 2)
+    with pytest.raises(torch.OutOfMemoryError, match="simulated"):
+        double(x[:50])
+    result = run_with_oom_backoff(double, x, batch=64)
+    assert torch.equal(result.outputs, x * 2) and result.batch <= 40
