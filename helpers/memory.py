@@ -146,6 +146,8 @@ def run_with_oom_backoff(fn: Callable[[torch.Tensor], torch.Tensor], inputs: tor
             raise ValueError(f"{name}={value!r} must be an integer ≥ 1.")
     if min_batch > batch:
         raise ValueError(f"min_batch={min_batch} is larger than batch={batch}.")
+    if len(inputs) == 0:
+        raise ValueError("run_with_oom_backoff() got no inputs: pass at least one item.")
     outputs, retries, start = [], [], 0
     while start < len(inputs):
         chunk = inputs[start:start + batch]
@@ -155,12 +157,13 @@ def run_with_oom_backoff(fn: Callable[[torch.Tensor], torch.Tensor], inputs: tor
         except torch.OutOfMemoryError:
             failed = True
         if failed:  # outside the except block: its traceback holds the failed attempt's tensors
-            if batch <= min_batch:
-                raise RuntimeError(f"out of memory even at batch {batch}: free memory, use a smaller model or "
+            size = len(chunk)  # the chunk that failed (the last one can be shorter than batch)
+            if size <= min_batch:
+                raise RuntimeError(f"out of memory even at batch {size}: free memory, use a smaller model or "
                                    "dtype, or lower min_batch.") from None
             free_memory(device if device is not None else inputs.device)
-            retries.append((batch, max(min_batch, batch // 2)))
-            batch = max(min_batch, batch // 2)
+            retries.append((size, max(min_batch, size // 2)))
+            batch = max(min_batch, size // 2)
             continue
         outputs.append(out)
         start += len(chunk)
@@ -178,7 +181,10 @@ def with_memory_cap(fn: Callable[..., Any], cap_bytes: int, device: DeviceLike =
 
     def capped(*args: Any, **kwargs: Any) -> Any:
         kept: list[Any] = []
-        peak = peak_allocated_bytes(lambda: kept.append(fn(*args, **kwargs)), device)
+        # the device the call works on: given, or that of its first tensor argument
+        where = device if device is not None else next(
+            (a.device for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)), None)
+        peak = peak_allocated_bytes(lambda: kept.append(fn(*args, **kwargs)), where)
         if peak > cap_bytes:
             kept.clear()
             raise torch.OutOfMemoryError(f"simulated: the call needed {peak:,} bytes, over the cap of {cap_bytes:,}")

@@ -102,3 +102,28 @@ def test_with_memory_cap_raises_like_a_full_device_and_otherwise_returns():
         double(x[:50])
     result = run_with_oom_backoff(double, x, batch=64)
     assert torch.equal(result.outputs, x * 2) and result.batch <= 40
+
+
+def test_oom_backoff_frees_after_each_failure_and_halves_the_failed_chunk(monkeypatch):
+    import weakref
+
+    from helpers import memory as mem
+
+    freed, failed_tensors = [], []
+    monkeypatch.setattr(mem, "free_memory", lambda device=None: freed.append(
+        all(ref() is None for ref in failed_tensors)))  # the failed attempt's tensors are gone by then
+
+    def limited(chunk):
+        scratch = torch.empty(1000)
+        if len(chunk) > 2:
+            failed_tensors.append(weakref.ref(scratch))
+            raise torch.OutOfMemoryError("simulated")
+        return chunk + 1
+
+    x = torch.arange(19.0)  # chunks of 16 then a short last chunk of 3
+    result = mem.run_with_oom_backoff(limited, x, batch=16)
+    assert torch.equal(result.outputs, x + 1)
+    assert result.retries[:3] == [(16, 8), (8, 4), (4, 2)]
+    assert len(freed) == len(result.retries) and all(freed)
+    with pytest.raises(ValueError, match="no inputs"):
+        mem.run_with_oom_backoff(limited, torch.empty(0), batch=4)
