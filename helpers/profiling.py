@@ -1,0 +1,146 @@
+"""Profiler traces as data: record a few steps quietly, load the Chrome trace into pandas, and ask it questions
+(the top ops, the syncs in a loop, the device's idle gaps, the dtypes an op received).
+
+The Chrome-trace format (what ``prof.export_chrome_trace`` and ``tensorboard_trace_handler`` write) is a JSON
+object with a ``traceEvents`` list; complete events have a name, a category (``cpu_op``, ``user_annotation``
+for ``record_function`` labels, ``kernel`` and ``gpu_memcpy`` on a GPU, ``cuda_runtime`` for the CPU side of
+CUDA calls), a start ``ts`` and a duration ``dur`` in microseconds, and ``args`` (input shapes and types with
+``record_shapes=True``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .device import DeviceLike, choose_device, sync
+from .noise import profiler_markers_silenced, quiet_profile
+from .paths import outputs_dir
+
+#: ops that make the CPU wait for the device (or read a value back to Python)
+SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+            "cudaEventSynchronize", "cudaMemcpy", "aten::is_nonzero")
+
+
+def traces_dir() -> Path:
+    path = outputs_dir() / "traces"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def record_trace(fn: Callable[[], Any], name: str, steps: int = 3, warmup: int = 1, device: DeviceLike = None,
+                 record_shapes: bool = True, profile_memory: bool = False,
+                 with_stack: bool = False) -> tuple[Any, Path]:
+    """Profile ``fn()`` with ``schedule(wait=0, warmup, active=steps)`` (one ``prof.step()`` per call), export the
+    Chrome trace to ``<outputs>/traces/<name>.json`` and return ``(profiler, path)``."""
+    from torch.profiler import ProfilerActivity, schedule
+
+    if not callable(fn):
+        raise TypeError("record_trace() needs a function of no arguments, e.g. lambda: loop(images).")
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"steps={steps} must be ≥ 1 and warmup={warmup} ≥ 0.")
+    dev = choose_device(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    path = traces_dir() / f"{name}.json"
+    with quiet_profile(activities=activities, schedule=schedule(wait=0, warmup=warmup, active=steps, repeat=1),
+                       record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack) as prof:
+        for _ in range(warmup + steps):
+            fn()
+            sync(dev)
+            quiet_step(prof)
+    prof.export_chrome_trace(str(path))
+    return prof, path
+
+
+def quiet_step(prof: Any) -> None:
+    """``prof.step()`` without the marker lines the profiler prints when a schedule starts or stops it."""
+    with profiler_markers_silenced():
+        prof.step()
+
+
+def contiguous_strides(shape: list[int]) -> list[int]:
+    """The strides of a contiguous (row-major) tensor of ``shape``."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return list(reversed(strides))
+
+
+def noncontiguous_inputs(df: Any, op: str) -> int:
+    """How many calls of ``op`` got a first input that is not contiguous (needs ``record_shapes=True``)."""
+    count = 0
+    for args in df[df["name"] == op]["args"]:
+        dims, strides = args.get("Input Dims", []), args.get("Input Strides", [])
+        if dims and strides and dims[0] and strides[0] and list(strides[0]) != contiguous_strides(list(dims[0])):
+            count += 1
+    return count
+
+
+def load_trace(path: str | os.PathLike[str]) -> Any:
+    """A Chrome trace as a DataFrame of complete events: name, cat, ts, dur (µs), end, tid, args."""
+    import pandas as pd
+
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    events = [e for e in data.get("traceEvents", []) if e.get("ph") == "X"]
+    if not events:
+        raise ValueError(f"{path} has no complete events: was anything recorded while the profiler was active?")
+    df = pd.DataFrame({"name": [e.get("name", "") for e in events], "cat": [e.get("cat", "") for e in events],
+                       "ts": [float(e.get("ts", 0)) for e in events], "dur": [float(e.get("dur", 0)) for e in events],
+                       "tid": [e.get("tid") for e in events], "args": [e.get("args", {}) for e in events]})
+    df["end"] = df["ts"] + df["dur"]
+    return df.sort_values("ts").reset_index(drop=True)
+
+
+def within(df: Any, label: str) -> Any:
+    """The events that ran inside the ``record_function(label)`` ranges (the label's rows excluded)."""
+    ranges = df[(df["cat"] == "user_annotation") & (df["name"] == label)][["ts", "end"]].to_numpy()
+    if len(ranges) == 0:
+        return df.iloc[0:0]
+    mask = sum(((df["ts"] >= s) & (df["end"] <= e)) for s, e in ranges).astype(bool)
+    return df[mask & ~((df["cat"] == "user_annotation") & (df["name"] == label))]
+
+
+def top_ops(df: Any, n: int = 10) -> Any:
+    """CPU ops by total time (inclusive, µs), with their call counts."""
+    ops = df[df["cat"] == "cpu_op"]
+    table = ops.groupby("name")["dur"].agg(["count", "sum"]).rename(columns={"sum": "total µs"})
+    return table.sort_values("total µs", ascending=False).head(n)
+
+
+def sync_calls(df: Any) -> Any:
+    """The events that make the CPU wait for the device or read a value back to Python."""
+    return df[df["name"].isin(SYNC_OPS)]
+
+
+def device_gaps(df: Any, min_gap_us: float = 1.0) -> Any:
+    """Idle gaps on the GPU between consecutive kernels/copies (µs): a pandas Series, empty without a GPU."""
+    import pandas as pd
+
+    work = df[df["cat"].isin(["kernel", "gpu_memcpy", "gpu_memset"])].sort_values("ts")
+    if len(work) < 2:
+        return pd.Series(dtype=float)
+    busy_until = work["end"].cummax().shift(1)
+    gaps = (work["ts"] - busy_until).dropna()
+    return gaps[gaps >= min_gap_us]
+
+
+def input_types(df: Any, op: str) -> set[str]:
+    """The input dtypes recorded for ``op`` (needs ``record_shapes=True``), e.g. {'float', 'c10::BFloat16'}."""
+    types: set[str] = set()
+    for args in df[df["name"] == op]["args"]:
+        types.update(t for t in args.get("Input type", []) if t)
+    return types
+
+
+def clean_traces(keep: int = 0) -> None:
+    """Remove recorded traces (all, or all but the ``keep`` newest)."""
+    files = sorted(traces_dir().glob("*.json"), key=lambda p: p.stat().st_mtime)
+    for path in files[: len(files) - keep] if keep else files:
+        path.unlink(missing_ok=True)
+
+

@@ -1,0 +1,66 @@
+"""helpers.profiling: traces recorded quietly, loaded as data, and asked the capstone's questions."""
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from conftest import one_line
+from torch.profiler import record_function
+
+from helpers import profiling
+
+
+def loop(x, weight, sync):
+    out = []
+    for _ in range(2):
+        with record_function("step"):
+            y = torch.nn.functional.conv2d(x, weight)
+            out.append(y.sum().item() if sync else y.sum())
+    return out
+
+
+def test_trace_answers_the_capstone_questions(capfd):
+    weight = torch.randn(4, 3, 3, 3)
+    nhwc = torch.randn(1, 8, 8, 3).permute(0, 3, 1, 2)  # a channels-last view: not contiguous
+    _, slow_path = profiling.record_trace(lambda: loop(nhwc, weight, sync=True), "t_slow", steps=1)
+    _, fast_path = profiling.record_trace(lambda: loop(nhwc.contiguous().bfloat16(), weight.bfloat16(), sync=False),
+                                          "t_fast", steps=1)
+    assert "USDT" not in capfd.readouterr().err  # the profiler's marker lines are dropped
+    slow = profiling.within(profiling.load_trace(slow_path), "step")
+    fast = profiling.within(profiling.load_trace(fast_path), "step")
+    assert len(profiling.sync_calls(slow)) >= 2 and len(profiling.sync_calls(fast)) == 0
+    assert profiling.noncontiguous_inputs(slow, "aten::conv2d") == 2
+    assert profiling.noncontiguous_inputs(fast, "aten::conv2d") == 0
+    assert "c10::BFloat16" in profiling.input_types(fast, "aten::conv2d")
+    assert "c10::BFloat16" not in profiling.input_types(slow, "aten::conv2d")
+    top = profiling.top_ops(slow, 3)
+    assert "count" in top.columns and len(top) == 3
+
+
+def test_contiguous_strides():
+    assert profiling.contiguous_strides([2, 3, 4, 5]) == [60, 20, 5, 1]
+    assert torch.empty(2, 3, 4, 5).stride() == tuple(profiling.contiguous_strides([2, 3, 4, 5]))
+
+
+def test_device_gaps_from_a_synthetic_timeline():
+    df = pd.DataFrame({"name": ["k1", "k2", "k3", "op"], "cat": ["kernel", "kernel", "gpu_memcpy", "cpu_op"],
+                       "ts": [0.0, 15.0, 18.0, 0.0], "dur": [10.0, 5.0, 2.0, 100.0]})
+    df["end"] = df["ts"] + df["dur"]
+    gaps = profiling.device_gaps(df)
+    assert list(gaps) == [5.0]  # idle from 10 to 15; the copy at 18 starts while k2 still runs
+
+
+def test_load_trace_refuses_an_empty_trace(tmp_path):
+    path = tmp_path / "empty.json"
+    path.write_text(json.dumps({"traceEvents": []}))
+    with pytest.raises(ValueError, match="no complete events") as info:
+        profiling.load_trace(path)
+    assert one_line(info.value)
+
+
+def test_record_trace_bad_input():
+    with pytest.raises(TypeError, match="no arguments"):
+        profiling.record_trace(None, "x")
+    with pytest.raises(ValueError, match="steps"):
+        profiling.record_trace(lambda: None, "x", steps=0)
