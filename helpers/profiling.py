@@ -20,9 +20,13 @@ from .device import DeviceLike, choose_device, sync
 from .noise import profiler_markers_silenced, quiet_profile
 from .paths import outputs_dir
 
-#: ops that make the CPU wait for the device (or read a value back to Python)
-SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize",
-            "cudaEventSynchronize", "cudaMemcpy", "aten::is_nonzero")
+#: the op every read-back of a value to Python goes through (.item(), bool(t), int(t)), once per read-back
+READ_BACK = "aten::_local_scalar_dense"
+#: CUDA runtime calls that make the CPU wait for the GPU
+CUDA_WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+#: both: each is a point where the CPU stops until the device has caught up (on a GPU, one .item() is a
+#: read-back and a CUDA wait)
+SYNC_OPS = (READ_BACK, *CUDA_WAITS)
 
 
 def traces_dir() -> Path:
@@ -113,8 +117,13 @@ def top_ops(df: Any, n: int = 10) -> Any:
 
 
 def sync_calls(df: Any) -> Any:
-    """The events that make the CPU wait for the device or read a value back to Python."""
+    """The events that read a value back to Python or make the CPU wait for the GPU (see SYNC_OPS)."""
     return df[df["name"].isin(SYNC_OPS)]
+
+
+def read_backs(df: Any) -> int:
+    """How many values were read back to Python (one per .item(), bool(tensor), …)."""
+    return int((df["name"] == READ_BACK).sum())
 
 
 def device_gaps(df: Any, min_gap_us: float = 1.0) -> Any:

@@ -29,7 +29,7 @@ def test_trace_answers_the_capstone_questions(capfd):
     assert "USDT" not in capfd.readouterr().err  # the profiler's marker lines are dropped
     slow = profiling.within(profiling.load_trace(slow_path), "step")
     fast = profiling.within(profiling.load_trace(fast_path), "step")
-    assert len(profiling.sync_calls(slow)) >= 2 and len(profiling.sync_calls(fast)) == 0
+    assert profiling.read_backs(slow) == 2 and len(profiling.sync_calls(fast)) == 0  # one per .item()
     assert profiling.noncontiguous_inputs(slow, "aten::conv2d") == 2
     assert profiling.noncontiguous_inputs(fast, "aten::conv2d") == 0
     assert "c10::BFloat16" in profiling.input_types(fast, "aten::conv2d")
@@ -64,3 +64,17 @@ def test_record_trace_bad_input():
         profiling.record_trace(None, "x")
     with pytest.raises(ValueError, match="steps"):
         profiling.record_trace(lambda: None, "x", steps=0)
+
+
+def test_gpu_trace_names_are_understood():
+    # what a CUDA trace holds for one .item() inside a record_function range (names as CUPTI/Kineto write them)
+    rows = [("step", "user_annotation", 0, 100), ("step", "gpu_user_annotation", 5, 90),
+            ("aten::item", "cpu_op", 10, 20), ("aten::_local_scalar_dense", "cpu_op", 11, 18),
+            ("cudaMemcpyAsync", "cuda_runtime", 12, 3), ("cudaStreamSynchronize", "cuda_runtime", 15, 10),
+            ("cudaStreamSynchronize", "cuda_runtime", 200, 5)]
+    df = pd.DataFrame(rows, columns=["name", "cat", "ts", "dur"])
+    df["end"] = df["ts"] + df["dur"]
+    df["args"] = [{}] * len(df)
+    body = profiling.within(df, "step")
+    assert profiling.read_backs(body) == 1
+    assert list(profiling.sync_calls(body)["name"]) == ["aten::_local_scalar_dense", "cudaStreamSynchronize"]
