@@ -14,7 +14,7 @@ LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 # extra JupyterLab options, e.g. make lab LAB_ARGS="--no-browser --ip=0.0.0.0"
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-helpers test-notebooks lint full-run data clean
+.PHONY: setup lab test test-helpers test-notebooks lint full-run html data clean
 
 setup: $(STAMP)
 
@@ -47,11 +47,18 @@ test: lint test-helpers test-notebooks
 full-run: setup
 	$(BIN)/python scripts/full_run.py $(or $(OUT),outputs/full-run)
 
+# HTML handouts with outputs, one per notebook, in outputs/html (MODE=quick for a fast set; full by default).
+html: setup
+	@for nb in notebooks/[0-9][0-9]_*.ipynb; do \
+		$(BIN)/python scripts/run_notebook.py $$nb --html -p MODE $(or $(MODE),full) || exit 1; \
+	done
+
 # Regenerate data/ (needs the packages in scripts/requirements-data.txt).
 data: setup
 	$(BIN)/python -m pip install --quiet -r scripts/requirements-data.txt
 	$(BIN)/python scripts/make_data.py
 	$(BIN)/python scripts/train_digits.py
 
+# Everything a run produced: results, traces, exported models, handouts, compile caches.
 clean:
 	rm -rf outputs .pytest_cache .ruff_cache
