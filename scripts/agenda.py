@@ -1,0 +1,144 @@
+"""The workshop agenda and the README's run-time map, generated from measured run times.
+
+    .venv/bin/python scripts/agenda.py            # print both tables
+    .venv/bin/python scripts/agenda.py --write    # replace them in TEACHING.md and README.md (between markers)
+    .venv/bin/python scripts/agenda.py --check    # exit 1 if either file is out of date (a test runs this)
+
+Run times come from ``data/reference/<machine>.env.json`` (``notebooks.<name>.full_seconds`` and
+``quick_seconds``, measured by ``scripts/full_run.py``). A slot in the agenda is the notebook's measured run
+time plus fixed teaching time (introduction and discussion) and exercise time, rounded up to 5 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "data" / "reference"
+CPU, GPU = "cpu-intel-xeon-2cpu", "cuda-nvidia-h200"
+
+#: minutes of teaching around each notebook (explaining, discussing results) and for its exercises:
+#: the half day keeps to the core, the full day leaves room for every exercise and the discussion of results
+HALF_DAY_MINUTES = {"talk": 20, "exercises": 15}
+FULL_DAY_MINUTES = {"talk": 25, "exercises": 20}
+#: what a GPU adds to each notebook's lesson ("no": the whole lesson runs on a CPU)
+GPU_PARTS = {
+    "00_environment": "partly: CUDA-event timing, the no-sync trap, TF32/fp16 roofs, host→device bandwidth",
+    "01_bottlenecks": "partly: host↔device copies, awkward fp16 shapes",
+    "02_precision_quantization": "partly: TF32, int4 and float8",
+    "03_batch_sizing": "no (the OOM search is real on a GPU, simulated on a CPU)",
+    "04_compilation_fusion": "partly: Triton code, CUDA graphs, reduce-overhead",
+    "05_onnx_runtime": "partly: IO binding, TensorRT (need onnxruntime-gpu on the GPU machine)",
+    "06_async_pipelines": "yes for streams, pinned copies and the async trap; the pipeline lesson runs on a CPU",
+    "07_memory": "partly: allocator statistics, empty_cache, snapshots",
+    "08_profiling": "partly: device timelines, NVTX and Nsight",
+}
+HALF_DAY = ["00_environment", "01_bottlenecks", "02_precision_quantization", "04_compilation_fusion"]
+MARKS = {"TEACHING.md": ("<!-- agenda:start -->", "<!-- agenda:end -->"),
+         "README.md": ("<!-- runtimes:start -->", "<!-- runtimes:end -->")}
+
+
+def runtimes(machine: str) -> dict[str, dict[str, float]]:
+    path = REFERENCE / f"{machine}.env.json"
+    return json.loads(path.read_text())["notebooks"] if path.exists() else {}
+
+
+def notebooks() -> list[str]:
+    return sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def minutes(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def runtime_table() -> str:
+    cpu, gpu = runtimes(CPU), runtimes(GPU)
+    lines = ["| # | notebook | quick, CPU (cold caches) | full, CPU | full, H200 | GPU needed for the full lesson? |",
+             "|---|---|---|---|---|---|"]
+    for name in notebooks():
+        quick = minutes(cpu.get(name, {}).get("quick_seconds"))
+        full = minutes(cpu.get(name, {}).get("full_seconds"))
+        on_gpu = minutes(gpu.get(name, {}).get("seconds"))
+        lines.append(f"| {name[:2]} | {name[3:].replace('_', ' ')} | {quick} | {full} | {on_gpu} "
+                     f"| {GPU_PARTS.get(name, '–')} |")
+    return "\n".join(lines)
+
+
+def slot(seconds: float, talk: int, exercises: int) -> int:
+    return 5 * math.ceil((talk + exercises + seconds / 60) / 5)
+
+
+def agenda(names: list[str], mode: str, minutes_per: dict[str, int], breaks: dict[int, tuple[str, int]],
+           start_h: int = 9) -> str:
+    cpu, gpu = runtimes(CPU), runtimes(GPU)
+    lines = ["| time | notebook | slot | of which running it |", "|---|---|---|---|"]
+    clock = start_h * 60
+    for i, name in enumerate(names):
+        if mode == "gpu" and name in gpu:
+            run, where = gpu[name]["seconds"], "full mode on the H200"
+        elif mode == "gpu":
+            run, where = cpu.get(name, {}).get("full_seconds", 600), "full mode on the 2-core CPU: no GPU run yet"
+        else:
+            run, where = cpu.get(name, {}).get("quick_seconds", 60), "quick mode on the 2-core CPU"
+        length = slot(run, **minutes_per)
+        lines.append(f"| {clock // 60:02d}:{clock % 60:02d} | {name[:2]} {name[3:].replace('_', ' ')} | {length} min "
+                     f"| {minutes(run)} ({where}) |")
+        clock += length
+        if i in breaks:
+            label, pause = breaks[i]
+            lines.append(f"| {clock // 60:02d}:{clock % 60:02d} | {label} | {pause} min | |")
+            clock += pause
+    lines.append(f"| {clock // 60:02d}:{clock % 60:02d} | end | | |")
+    return "\n".join(lines)
+
+
+def agenda_block() -> str:
+    half = agenda(HALF_DAY, "cpu", HALF_DAY_MINUTES, {1: ("break", 15)})
+    full = agenda(notebooks(), "gpu", FULL_DAY_MINUTES, {1: ("break", 15), 3: ("lunch", 60), 6: ("break", 15)})
+    return (f"**Half day** (laptops, quick mode; {HALF_DAY_MINUTES['talk']} min of teaching and "
+            f"{HALF_DAY_MINUTES['exercises']} of exercises per notebook: the core of the course)\n\n{half}\n\n"
+            f"**Full day** (a GPU per participant, full mode; {FULL_DAY_MINUTES['talk']} min of teaching and "
+            f"{FULL_DAY_MINUTES['exercises']} of exercises per notebook)\n\n{full}")
+
+
+def replace(text: str, start: str, end: str, block: str) -> str:
+    if start not in text or end not in text:
+        raise SystemExit(f"missing the markers {start} … {end}")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{block}\n{end}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", action="store_true")
+    group.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    blocks = {"TEACHING.md": agenda_block(), "README.md": runtime_table()}
+    if not (args.write or args.check):
+        print("\n\n".join(blocks.values()))
+        return 0
+    stale = []
+    for file, block in blocks.items():
+        path = REPO / file
+        text = path.read_text(encoding="utf-8")
+        updated = replace(text, *MARKS[file], block)
+        if updated != text:
+            stale.append(file)
+            if args.write:
+                path.write_text(updated, encoding="utf-8")
+    if args.check and stale:
+        print(f"out of date: {', '.join(stale)}; run scripts/agenda.py --write", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
