@@ -62,3 +62,4 @@ data: setup
 # Everything a run produced: results, traces, exported models, handouts, compile caches.
 clean:
 	rm -rf outputs .pytest_cache .ruff_cache
+	find . -path ./.venv -prune -o \( -name .ipynb_checkpoints -o -name __pycache__ \) -type d -print0 | xargs -0 rm -rf

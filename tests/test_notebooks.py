@@ -43,19 +43,30 @@ def test_skeleton(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_exercises_work_the_same_way(path):
     """Every exercise N: a cell with `answer_N = None` for the learner, a `check_N` self-check that says when
-    the exercise is not attempted yet, and a solution cell, collapsed (source hidden) so it is not in the way,
-    that runs the same check."""
+    the exercise is not attempted yet, and, after them, a solution cell tagged `solution` whose code and output
+    start collapsed (not in the way; left out of HTML handouts) and that runs the same check. An open-ended
+    exercise says "No self-check" instead."""
     import re
 
     nb = nbformat.read(path, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    solutions = [c for c in code if c.source.lstrip().startswith("# Solution")]
-    numbers = sorted({int(n) for c in solutions for n in re.findall(r"# Solution (\d+)", c.source)})
-    assert len(numbers) >= 2, "at least two exercises, each with a solution cell"
-    for cell in solutions:
-        assert cell.metadata.get("jupyter", {}).get("source_hidden") is True, "solution cells start collapsed"
-    for n in numbers:
-        assert any(re.search(rf"^answer_{n} = None", c.source, re.M) for c in code), f"exercise {n}: answer_{n} = None"
-        check = next((c for c in code if f"def check_{n}(" in c.source), None)
-        assert check is not None and "not attempted" in check.source, f"exercise {n}: check_{n} handles no answer"
-        assert any(f"check_{n}(" in c.source for c in solutions), f"the solution of exercise {n} runs check_{n}"
+    announced = sorted({int(n) for c in nb.cells if c.cell_type == "markdown"
+                        for n in re.findall(r"\*\*Exercise (\d+)", c.source)})
+    open_pattern = r"\*\*Exercise (\d+)[^*]*\*\*(?:(?!\*\*Exercise).)*No self-check"
+    open_ended = {int(n) for c in nb.cells if c.cell_type == "markdown"
+                  for n in re.findall(open_pattern, c.source, re.S)}
+    assert len(announced) >= 2, "at least two exercises"
+    for n in announced:
+        if n in open_ended:
+            continue
+        answer = next((i for i, c in enumerate(nb.cells) if re.search(rf"^answer_{n} = None", c.source, re.M)), None)
+        check = next((i for i, c in enumerate(nb.cells) if f"def check_{n}(" in c.source), None)
+        solution = next((i for i, c in enumerate(nb.cells)
+                         if c.cell_type == "code" and c.source.lstrip().startswith(f"# Solution {n}")), None)
+        assert None not in (answer, check, solution), f"exercise {n}: answer_{n} = None, check_{n} and a solution cell"
+        assert answer <= check < solution, f"exercise {n}: answer cell, then check, then solution"
+        assert "not attempted" in nb.cells[check].source, f"exercise {n}: check_{n} handles no answer"
+        cell = nb.cells[solution]
+        assert f"check_{n}(" in cell.source, f"the solution of exercise {n} runs check_{n}"
+        hidden = cell.metadata.get("jupyter", {})
+        assert hidden.get("source_hidden") and hidden.get("outputs_hidden"), "solutions start collapsed"
+        assert "solution" in cell.metadata.get("tags", []), "solution cells are tagged (handouts leave them out)"

@@ -12,10 +12,12 @@ REPO = Path(__file__).resolve().parents[1]
 def _notebook(path, tagged=True):
     nb = nbformat.v4.new_notebook()
     params = nbformat.v4.new_code_cell("MODE = 'full'\nBATCH = 8")
+    solution = nbformat.v4.new_code_cell("# Solution 1\nprint('the answer is 42')")
+    solution.metadata["tags"] = ["solution"]
     if tagged:
         params.metadata["tags"] = ["parameters"]
     work = nbformat.v4.new_code_cell("print('run', MODE, BATCH * 2)")
-    nb.cells = [nbformat.v4.new_markdown_cell("# demo"), params, work]
+    nb.cells = [nbformat.v4.new_markdown_cell("# demo"), params, work, solution]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
 
@@ -35,7 +37,21 @@ def test_parameters_override_the_defaults_and_html_has_the_outputs(tmp_path):
     assert "run quick 64" in executed.cells[3].outputs[0]["text"]
     proc = run(source, tmp_path / "out.html", "--html", "-p", "MODE", "handout")
     assert proc.returncode == 0, proc.stderr
-    assert "run handout 16" in (tmp_path / "out.html").read_text()
+    handout = (tmp_path / "out.html").read_text()
+    assert "run handout 16" in handout and "the answer is 42" not in handout  # no answer key in a handout
+    proc = run(source, tmp_path / "key.html", "--html", "--with-solutions")
+    assert "the answer is 42" in (tmp_path / "key.html").read_text()
+    proc = run(source, tmp_path / "x.ipynb", "-p", "mode", "quick")  # a typo must not pass silently
+    assert proc.returncode != 0 and "not a parameter of this notebook" in proc.stderr
+
+
+def test_a_course_notebook_takes_its_parameters(tmp_path):
+    out = tmp_path / "08.ipynb"
+    proc = run(REPO / "notebooks" / "08_profiling.ipynb", out, "-p", "MODE", "quick", "-p", "DEVICE", "cpu")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    texts = "".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"
+                    for o in c.outputs)
+    assert "mode=quick, device=cpu" in texts
 
 
 def test_a_notebook_without_a_parameters_cell_is_refused(tmp_path):
