@@ -11,7 +11,6 @@ time plus fixed teaching time (introduction and discussion) and exercise time, r
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -107,37 +106,12 @@ def agenda_block() -> str:
             f"{FULL_DAY_MINUTES['exercises']} of exercises per notebook)\n\n{full}")
 
 
-def replace(text: str, start: str, end: str, block: str) -> str:
-    if start not in text or end not in text:
-        raise SystemExit(f"missing the markers {start} … {end}")
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    return f"{head}{start}\n{block}\n{end}{tail}"
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--write", action="store_true")
-    group.add_argument("--check", action="store_true")
-    args = parser.parse_args(argv)
-    blocks = {"TEACHING.md": agenda_block(), "README.md": runtime_table()}
-    if not (args.write or args.check):
-        print("\n\n".join(blocks.values()))
-        return 0
-    stale = []
-    for file, block in blocks.items():
-        path = REPO / file
-        text = path.read_text(encoding="utf-8")
-        updated = replace(text, *MARKS[file], block)
-        if updated != text:
-            stale.append(file)
-            if args.write:
-                path.write_text(updated, encoding="utf-8")
-    if args.check and stale:
-        print(f"out of date: {', '.join(stale)}; run scripts/agenda.py --write", file=sys.stderr)
-        return 1
-    return 0
+    from generated_blocks import main as sync
+
+    blocks = {REPO / "TEACHING.md": (*MARKS["TEACHING.md"], agenda_block()),
+              REPO / "README.md": (*MARKS["README.md"], runtime_table())}
+    return sync(__doc__.split("\n")[0], blocks, "scripts/agenda.py", argv)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ measure (no GPU, or a notebook it did not run) shows as "–".
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable
@@ -93,33 +92,10 @@ def table(reference: Path = REFERENCE) -> str:
     return "\n".join(lines)
 
 
-def replace(text: str, new_table: str) -> str:
-    if START not in text or END not in text:
-        raise SystemExit(f"README.md has no {START} … {END} markers to put the table between.")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{new_table}\n{END}{tail}"
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--write", action="store_true", help="update README.md")
-    group.add_argument("--check", action="store_true", help="fail if README.md is out of date")
-    args = parser.parse_args(argv)
-    new_table = table()
-    if not (args.write or args.check):
-        print(new_table)
-        return 0
-    text = README.read_text(encoding="utf-8")
-    updated = replace(text, new_table)
-    if args.check:
-        if updated != text:
-            print("README.md's reference table is out of date: run scripts/reference_table.py --write", file=sys.stderr)
-            return 1
-        return 0
-    README.write_text(updated, encoding="utf-8")
-    return 0
+    from generated_blocks import main as sync
+
+    return sync(__doc__.split("\n")[0], {README: (START, END, table())}, "scripts/reference_table.py", argv)
 
 
 if __name__ == "__main__":
