@@ -23,7 +23,7 @@ CPU, GPU = "cpu-intel-xeon-2cpu", "cuda-nvidia-h200"
 #: minutes of teaching around each notebook (explaining, discussing results) and for its exercises:
 #: the half day keeps to the core, the full day leaves room for every exercise and the discussion of results
 HALF_DAY_MINUTES = {"talk": 20, "exercises": 15}
-FULL_DAY_MINUTES = {"talk": 25, "exercises": 20}
+FULL_DAY_MINUTES = {"talk": 20, "exercises": 15}
 #: what a GPU adds to each notebook's lesson ("no": the whole lesson runs on a CPU)
 GPU_PARTS = {
     "00_environment": "partly: CUDA-event timing, the no-sync trap, TF32/fp16 roofs, host→device bandwidth",
@@ -35,6 +35,7 @@ GPU_PARTS = {
     "06_async_pipelines": "yes for streams, pinned copies and the async trap; the pipeline lesson runs on a CPU",
     "07_memory": "partly: allocator statistics, empty_cache, snapshots",
     "08_profiling": "partly: device timelines, NVTX and Nsight",
+    "09_capstone": "partly: CUDA graphs, GPU energy (NVML); the steps reorder on a GPU",
 }
 HALF_DAY = ["00_environment", "01_bottlenecks", "02_precision_quantization", "04_compilation_fusion"]
 MARKS = {"TEACHING.md": ("<!-- agenda:start -->", "<!-- agenda:end -->"),
@@ -99,7 +100,7 @@ def agenda(names: list[str], mode: str, minutes_per: dict[str, int], breaks: dic
 
 def agenda_block() -> str:
     half = agenda(HALF_DAY, "cpu", HALF_DAY_MINUTES, {1: ("break", 15)})
-    full = agenda(notebooks(), "gpu", FULL_DAY_MINUTES, {1: ("break", 15), 3: ("lunch", 60), 6: ("break", 15)})
+    full = agenda(notebooks(), "gpu", FULL_DAY_MINUTES, {1: ("break", 15), 4: ("lunch", 60), 7: ("break", 15)})
     return (f"**Half day** (laptops, quick mode; {HALF_DAY_MINUTES['talk']} min of teaching and "
             f"{HALF_DAY_MINUTES['exercises']} of exercises per notebook: the core of the course)\n\n{half}\n\n"
             f"**Full day** (a GPU per participant, full mode; {FULL_DAY_MINUTES['talk']} min of teaching and "
