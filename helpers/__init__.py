@@ -24,9 +24,9 @@ _os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_outputs_dir() / "inductor
 from .device import choose_device, environment_report, machine_id, sync  # noqa: E402
 from .modes import course_mode, pick  # noqa: E402
 from .results import Recorder, load_reference, load_results, record  # noqa: E402
-from .timing import Measurement, benchmark, compare, format_seconds  # noqa: E402
+from .timing import Measurement, benchmark, compare, format_seconds, timed_call  # noqa: E402
 
 __all__ = [
     "Measurement", "Recorder", "benchmark", "choose_device", "compare", "course_mode", "environment_report",
-    "format_seconds", "load_reference", "load_results", "machine_id", "pick", "record", "sync",
+    "format_seconds", "load_reference", "load_results", "machine_id", "pick", "record", "sync", "timed_call",
 ]

@@ -30,14 +30,25 @@ def _digits_raw() -> dict[str, torch.Tensor]:
     return torch.load(DIGITS_FILE, weights_only=True)
 
 
-def load_digits(split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
-    """``(images, labels)``: images float32 ``N×1×8×8`` scaled to [0, 1], labels int64 in 0…9."""
+def load_digits_raw(split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(images, labels)`` as stored: images uint8 ``N×8×8`` with values 0…16 (what a request would carry),
+    labels int64 in 0…9. :func:`digits_to_float` turns a batch of such images into the model's input."""
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not a split; use one of {SPLITS}.")
     raw = _digits_raw()
     index = torch.arange(len(raw["labels"])) if split == "all" else raw[f"{split}_index"]
-    images = raw["images"][index].to(torch.float32).div_(16.0).unsqueeze(1)
-    return images, raw["labels"][index].to(torch.int64)
+    return raw["images"][index], raw["labels"][index].to(torch.int64)
+
+
+def digits_to_float(images: torch.Tensor) -> torch.Tensor:
+    """Raw digits (uint8 ``N×8×8``, 0…16) → the models' input: float32 ``N×1×8×8`` scaled to [0, 1]."""
+    return images.to(torch.float32).div(16.0).unsqueeze(1)
+
+
+def load_digits(split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(images, labels)``: images float32 ``N×1×8×8`` scaled to [0, 1], labels int64 in 0…9."""
+    images, labels = load_digits_raw(split)
+    return digits_to_float(images), labels
 
 
 def digits_loader(split: str = "test", batch_size: int = 64, shuffle: bool = False, **kwargs: object) -> DataLoader:

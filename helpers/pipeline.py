@@ -146,3 +146,14 @@ def child_processes(exclude: Iterable[int] = ()) -> list[Any]:
         except psutil.NoSuchProcess:  # exited while we looked
             continue
     return alive
+
+
+def wait_for_children(exclude: Iterable[int] = (), timeout: float = 10.0) -> list[Any]:
+    """Wait up to ``timeout`` seconds for this process's child processes (other than ``exclude``) to exit, e.g.
+    DataLoader workers after their loader is deleted; returns those still alive (empty: all gone)."""
+    import time
+
+    deadline = time.perf_counter() + timeout
+    while (alive := child_processes(exclude)) and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    return alive

@@ -202,6 +202,21 @@ def _check_int(name: str, value: Any, minimum: int, hint: str) -> None:
         raise ValueError(f"{name}={value!r} is not allowed: {name} must be an integer ≥ {minimum}; {hint}")
 
 
+def timed_call(fn: Callable[..., Any], *args: Any, device: DeviceLike = None, **kwargs: Any) -> tuple[float, Any]:
+    """Time one call of ``fn(*args)`` under ``torch.inference_mode()``, synchronised before and after, and
+    return ``(seconds, result)``: for a first call (a compile, an export) that must be timed apart and whose
+    result is then checked, which :func:`benchmark` would only time."""
+    if not callable(fn):
+        raise TypeError(f"timed_call() needs a callable, got {type(fn).__name__}.")
+    dev = choose_device(device) if device is not None else _infer_device(fn, args, kwargs)
+    sync(dev)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        result = fn(*args, **kwargs)
+    sync(dev)
+    return time.perf_counter() - start, result
+
+
 def benchmark(
     fn: Callable[..., Any],
     *args: Any,

@@ -104,7 +104,4 @@ def test_dataloader_workers_are_counted_and_then_gone():
     assert len(pipeline.child_processes(exclude=before)) == 2
     del loader
     gc.collect()
-    deadline = time.perf_counter() + 10
-    while pipeline.child_processes(exclude=before) and time.perf_counter() < deadline:
-        time.sleep(0.05)
-    assert pipeline.child_processes(exclude=before) == []
+    assert pipeline.wait_for_children(exclude=before) == []

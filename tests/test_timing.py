@@ -179,3 +179,13 @@ def test_cuda_without_gpu_is_refused(no_gpu):
 def test_bad_samples_are_refused(samples):
     with pytest.raises(ValueError):
         Measurement.from_samples(samples)
+
+
+def test_timed_call_returns_the_result_and_the_time():
+    from helpers.timing import timed_call
+
+    seconds, out = timed_call(lambda x: (time.sleep(0.01), x * 2)[1], torch.ones(3))
+    assert seconds >= 0.01 and torch.equal(out, torch.full((3,), 2.0))
+    assert out.is_inference()  # run under inference_mode, as a served model is
+    with pytest.raises(TypeError, match="callable"):
+        timed_call(None)
