@@ -5,7 +5,8 @@ One concept per module: ``device`` (choose, sync, report), ``timing`` (Measureme
 and generated code, eager vs compiled), ``onnxrt`` (ONNX export, ONNX Runtime sessions, int8),
 ``pipeline`` (prefetchers: a loader thread, a CUDA side stream), ``profiling`` (traces as data),
 ``harness`` (compare variants: speed, size, memory, accuracy), ``memory`` (peak memory, OOM back-off),
-``batching`` (knee, latency target, largest batch, serving simulation), ``results`` (record and load),
+``batching`` (knee, latency target, largest batch, serving simulation), ``llm`` (a small GPT decoder, KV
+caches, greedy generation), ``results`` (record and load),
 ``plotting`` (one style), ``data`` and ``models`` (the shipped data and the course models), ``modes``
 (quick/full), ``noise`` (the known-harmless warnings, handled in one place; installed on import).
 """

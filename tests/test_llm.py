@@ -1,0 +1,134 @@
+"""helpers.llm: the small decoder decodes the same tokens and logits with and without a KV cache, the cache
+holds the bytes the formula says, and bad input gets a one-line message."""
+
+import pytest
+import torch
+
+from helpers import llm
+
+CFG = llm.GPTConfig(vocab_size=64, n_layer=2, n_head=2, dim=32, max_seq_len=48)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return llm.GPT(CFG).eval()
+
+
+@pytest.fixture(scope="module")
+def prompt():
+    return torch.randint(0, CFG.vocab_size, (2, 5), generator=torch.Generator().manual_seed(1))
+
+
+def test_same_weights_from_the_same_seed():
+    a, b, c = llm.GPT(CFG, seed=0), llm.GPT(CFG, seed=0), llm.GPT(CFG, seed=1)
+    assert torch.equal(a.head.weight, b.head.weight)
+    assert not torch.equal(a.head.weight, c.head.weight)
+
+
+def test_cached_decoding_matches_recomputing_everything(model, prompt):
+    tokens, logits = llm.generate_uncached(model, prompt, 12)
+    assert tokens.shape == (2, 12) and logits.shape == (2, 12, CFG.vocab_size)
+    assert torch.equal(tokens, logits.argmax(-1))  # greedy: each token is the argmax of its logits
+    for kind in ("dynamic", "static"):
+        t, lg = llm.generate(model, prompt, 12, cache=kind)
+        assert torch.equal(t, tokens), kind
+        torch.testing.assert_close(lg, logits, rtol=1e-4, atol=1e-4)
+    # a static cache longer than needed: unwritten slots are masked out
+    t, lg = llm.generate(model, prompt, 12, cache="static", max_len=CFG.max_seq_len)
+    assert torch.equal(t, tokens)
+    torch.testing.assert_close(lg, logits, rtol=1e-4, atol=1e-4)
+
+
+def test_a_cache_is_really_used(model, prompt):
+    llm.generate(model, prompt, 3, cache="dynamic")
+    cache = model.blocks[0].attn.cache
+    assert isinstance(cache, llm.DynamicKVCache) and cache.k.shape[2] == prompt.shape[1] + 2  # last token not fed
+    model.clear_cache()
+    assert model.cache_bytes() == 0 and model.blocks[0].attn.cache is None
+
+
+def test_forcing_feeds_the_given_tokens(model, prompt):
+    tokens, logits = llm.generate(model, prompt, 6)
+    forced_tokens, forced_logits = llm.generate(model, prompt, 6, force=tokens)
+    assert torch.equal(forced_tokens, tokens)  # forcing a model's own choices changes nothing
+    torch.testing.assert_close(forced_logits, logits)
+    other = (tokens + 1) % CFG.vocab_size
+    _, other_logits = llm.generate(model, prompt, 6, force=other)
+    torch.testing.assert_close(other_logits[:, 0], logits[:, 0])  # the first step comes from the prompt alone
+    assert not torch.allclose(other_logits[:, 1:], logits[:, 1:])
+
+
+def test_a_replacement_step_is_called(model, prompt):
+    calls = []
+
+    def step(m, token, pos):
+        calls.append(int(pos))
+        return llm.decode_step(m, token, pos)
+
+    llm.generate(model, prompt, 4, step=step)
+    assert calls == [5, 6, 7]
+
+
+def test_static_cache_bytes_match_the_formula(model):
+    model.setup_cache("static", batch=3, max_len=20)
+    assert model.cache_bytes() == llm.kv_cache_bytes(CFG, batch=3, length=20, bytes_per_element=4)
+    model.clear_cache()
+
+
+def test_weight_bytes_and_flops():
+    m = llm.GPT(CFG)
+    linear = CFG.n_layer * 12 * CFG.dim ** 2 + CFG.dim * CFG.vocab_size
+    assert llm.linear_weight_bytes(m) == 4 * linear
+    norms = (2 * CFG.n_layer + 1) * 2 * CFG.dim
+    assert llm.decode_weight_bytes(m) == 4 * (linear + norms)
+    assert llm.decode_weight_bytes(m.to(torch.bfloat16)) == 2 * (linear + norms)
+    assert llm.flops_per_token(CFG, context=0) == 2 * linear
+    assert llm.flops_per_token(CFG, context=10) - llm.flops_per_token(CFG, context=0) == 4 * CFG.n_layer * 10 * CFG.dim
+
+
+def test_int8_weight_bytes_count_data_and_scales():
+    torchao = pytest.importorskip("torchao.quantization")
+    m = llm.GPT(CFG).to(torch.bfloat16)
+    torchao.quantize_(m, torchao.Int8WeightOnlyConfig(set_inductor_config=False))
+    linear = CFG.n_layer * 12 * CFG.dim ** 2 + CFG.dim * CFG.vocab_size
+    rows = CFG.n_layer * (3 * CFG.dim + CFG.dim + 4 * CFG.dim + CFG.dim) + CFG.vocab_size
+    assert linear < llm.linear_weight_bytes(m) <= linear + 8 * rows  # a byte per weight, a scale (and zero) per row
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"dim": 30, "n_head": 4}, "not a multiple"),
+    ({"n_layer": 0}, "positive integer"),
+    ({"vocab_size": 2.5}, "positive integer"),
+])
+def test_bad_config(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        llm.GPTConfig(**kwargs)
+
+
+def test_bad_generation_input(model, prompt):
+    with pytest.raises(ValueError, match="at least one token"):
+        llm.generate(model, prompt, 0)
+    with pytest.raises(ValueError, match="exceeds the model's max_seq_len"):
+        llm.generate_uncached(model, prompt, CFG.max_seq_len)
+    with pytest.raises(ValueError, match="token ids"):
+        llm.generate(model, prompt.float(), 3)
+    with pytest.raises(TypeError, match="decode_step"):
+        llm.generate(model, prompt, 3, step="compiled")
+    with pytest.raises(ValueError, match="force must be"):
+        llm.generate(model, prompt, 3, force=prompt)
+    with pytest.raises(ValueError, match="'static'"):
+        model.setup_cache("paged")
+    with pytest.raises(ValueError, match="batch size"):
+        model.setup_cache("static", batch=0)
+    with pytest.raises(ValueError, match="max_len"):
+        model.setup_cache("static", max_len=CFG.max_seq_len + 1)
+
+
+def test_compiled_step_matches_eager(model, prompt):
+    """The static cache keeps one shape: the compiled step compiles once and agrees with eager."""
+    torch._dynamo.reset()
+    step = torch.compile(llm.decode_step, fullgraph=True, dynamic=False)
+    tokens, logits = llm.generate(model, prompt, 6)
+    t, lg = llm.generate(model, prompt, 6, step=step)
+    assert torch.equal(t, tokens)
+    torch.testing.assert_close(lg, logits, rtol=1e-4, atol=1e-4)
