@@ -193,13 +193,21 @@ class GPT(nn.Module):
         return self.head(self.norm(x))
 
     def setup_cache(self, kind: str, batch: int = 1, max_len: int | None = None) -> None:
-        """Give every attention layer a fresh KV cache: ``"static"`` (preallocated to ``max_len``, default the
-        model's ``max_seq_len``, in the model's dtype and device) or ``"dynamic"`` (grown by concatenation)."""
+        """Give every attention layer a KV cache: ``"static"`` (preallocated to ``max_len``, default the
+        model's ``max_seq_len``, in the model's dtype and device) or ``"dynamic"`` (grown by concatenation).
+
+        A static cache of the same shape, dtype and device is kept, not reallocated (as gpt-fast does): its
+        buffers keep their addresses, which a CUDA graph recorded on them needs. It needs no zeroing: every
+        position is written before a query can see it, and the mask hides the others."""
         cfg = self.config
         max_len = cfg.max_seq_len if max_len is None else max_len
         if kind not in ("static", "dynamic"):
             raise ValueError(f"kind={kind!r}: a KV cache is 'static' (preallocated) or 'dynamic' (concatenated).")
         _check_cache_args(batch, max_len, cfg.max_seq_len)
+        current = self.blocks[0].attn.cache
+        if (kind == "static" and isinstance(current, StaticKVCache) and current.k.dtype == self.dtype
+                and current.k.device == self.device and current.k.shape == (batch, cfg.n_head, max_len, cfg.head_dim)):
+            return
         for block in self.blocks:
             block.attn.cache = (StaticKVCache(batch, cfg.n_head, max_len, cfg.head_dim, self.dtype, self.device)
                                 if kind == "static" else DynamicKVCache())
@@ -221,6 +229,9 @@ class GPT(nn.Module):
 def _check_tokens(model: GPT, prompt: torch.Tensor, new_tokens: int) -> None:
     if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.dtype != torch.long:
         raise ValueError("prompt must be a (batch, length) tensor of token ids (dtype torch.long).")
+    if prompt.device != model.device:
+        raise ValueError(f"the prompt is on {prompt.device} and the model on {model.device}: "
+                         "move the prompt with prompt.to(model.device).")
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise ValueError(f"new_tokens={new_tokens!r}: generate at least one token.")
     if prompt.shape[1] + new_tokens > model.config.max_seq_len:
@@ -260,20 +271,31 @@ def generate(model: GPT, prompt: torch.Tensor, new_tokens: int, cache: str = "st
              max_len: int | None = None, force: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy decoding with a KV cache (``"static"`` or ``"dynamic"``): the prompt is prefilled once, then one
     token per step. ``step`` replaces :func:`decode_step` (e.g. a compiled one). Returns ``(tokens, logits)``
-    like :func:`generate_uncached`; the cache is left on the model (``model.clear_cache()`` frees it).
+    like :func:`generate_uncached`. A static cache stays on the model for the next request of the same shape
+    (``model.clear_cache()`` frees it); a dynamic one is removed.
 
     ``force`` (batch × new_tokens): feed these tokens instead of the model's own choices (teacher forcing),
     so that a lower-precision model is scored on the same sequence as the reference: the tokens returned are
     still the model's own greedy choices at every position."""
     _check_tokens(model, prompt, new_tokens)
+    total = prompt.shape[1] + new_tokens
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
+                                or not total <= max_len <= model.config.max_seq_len):
+        raise ValueError(f"max_len={max_len!r}: a cache must hold the prompt and the new tokens ({total}) and fit "
+                         f"the model's max_seq_len ({model.config.max_seq_len}).")
     step = decode_step if step is None else step
     if not callable(step):
         raise TypeError(f"step must be a function like decode_step, got {type(step).__name__}.")
     if force is not None and (not isinstance(force, torch.Tensor) or force.shape != (prompt.shape[0], new_tokens)):
         raise ValueError(f"force must be a (batch, new_tokens) = {(prompt.shape[0], new_tokens)} tensor of "
                          "token ids, e.g. the tokens of a reference run.")
-    total = prompt.shape[1] + new_tokens
     model.setup_cache(cache, prompt.shape[0], max_len or total)
+    # Everything a step reads is on the device before the loop: creating a GPU tensor from a Python number
+    # inside it would be a blocking copy per token. The position is advanced in place (gpt-fast's way), and a
+    # forced token is a contiguous (batch, 1) column like the model's own choice (else the compiled step would
+    # see other strides and compile again).
+    pos = torch.tensor([prompt.shape[1]], device=prompt.device)
+    forced = None if force is None else force.to(prompt.device).t().contiguous()
     out = prefill(model, prompt)
     tokens, logits = [], []
     for i in range(new_tokens):
@@ -281,9 +303,11 @@ def generate(model: GPT, prompt: torch.Tensor, new_tokens: int, cache: str = "st
         token = out.argmax(-1, keepdim=True)
         tokens.append(token)
         if i + 1 < new_tokens:
-            pos = torch.tensor([prompt.shape[1] + i], device=prompt.device)
-            fed = token if force is None else force[:, i:i + 1].to(token.device)
+            fed = token if forced is None else forced[i].unsqueeze(1).clone()
             out = step(model, fed, pos).clone()  # clone: a CUDA-graph step reuses its output buffer
+            pos += 1
+    if cache == "dynamic":
+        model.clear_cache()  # a dynamic cache left behind would be attended to by the next forward
     return torch.cat(tokens, dim=1), torch.stack(logits, dim=1)
 
 

@@ -39,12 +39,40 @@ def test_cached_decoding_matches_recomputing_everything(model, prompt):
     torch.testing.assert_close(lg, logits, rtol=1e-4, atol=1e-4)
 
 
-def test_a_cache_is_really_used(model, prompt):
-    llm.generate(model, prompt, 3, cache="dynamic")
+def test_a_cache_is_really_used_and_kept_only_when_static(model, prompt):
+    llm.generate(model, prompt, 3, cache="static")
     cache = model.blocks[0].attn.cache
-    assert isinstance(cache, llm.DynamicKVCache) and cache.k.shape[2] == prompt.shape[1] + 2  # last token not fed
+    assert isinstance(cache, llm.StaticKVCache) and cache.k.shape[2] == prompt.shape[1] + 3
+    assert cache.k[:, :, : prompt.shape[1] + 2].abs().sum() > 0  # written: the prompt and the fed tokens
+    address = cache.k.data_ptr()
+    llm.generate(model, prompt, 3, cache="static")  # same shape: the same buffers (a CUDA graph needs them)
+    assert model.blocks[0].attn.cache.k.data_ptr() == address
+    llm.generate(model, prompt, 3, cache="dynamic")
+    assert model.blocks[0].attn.cache is None  # a dynamic cache is not left behind for the next forward
     model.clear_cache()
-    assert model.cache_bytes() == 0 and model.blocks[0].attn.cache is None
+    assert model.cache_bytes() == 0
+
+
+def test_a_dynamic_cache_grows_by_one_position_per_step(model, prompt):
+    lengths = []
+
+    def step(m, token, pos):
+        lengths.append(m.blocks[0].attn.cache.k.shape[2])
+        return llm.decode_step(m, token, pos)
+
+    llm.generate(model, prompt, 4, cache="dynamic", step=step)
+    assert lengths == [5, 6, 7]
+
+
+def test_one_token_and_a_one_token_prompt(model):
+    one = torch.tensor([[3], [7]])
+    tokens, logits = llm.generate_uncached(model, one, 1)
+    for kind in ("dynamic", "static"):
+        t, lg = llm.generate(model, one, 1, cache=kind)
+        assert torch.equal(t, tokens)
+        torch.testing.assert_close(lg, logits)
+    t_long, _ = llm.generate(model, one, 5)
+    assert torch.equal(t_long[:, :1], tokens)
 
 
 def test_forcing_feeds_the_given_tokens(model, prompt):
@@ -62,11 +90,14 @@ def test_a_replacement_step_is_called(model, prompt):
     calls = []
 
     def step(m, token, pos):
-        calls.append(int(pos))
+        calls.append((int(pos), tuple(token.shape), token.stride()))
         return llm.decode_step(m, token, pos)
 
     llm.generate(model, prompt, 4, step=step)
-    assert calls == [5, 6, 7]
+    forced = torch.zeros(2, 4, dtype=torch.long)
+    llm.generate(model, prompt, 4, step=step, force=forced)
+    # positions advance; forced or not, the step sees one contiguous (batch, 1) token column
+    assert calls == [(p, (2, 1), (1, 1)) for p in (5, 6, 7)] * 2
 
 
 def test_static_cache_bytes_match_the_formula(model):
@@ -82,8 +113,19 @@ def test_weight_bytes_and_flops():
     norms = (2 * CFG.n_layer + 1) * 2 * CFG.dim
     assert llm.decode_weight_bytes(m) == 4 * (linear + norms)
     assert llm.decode_weight_bytes(m.to(torch.bfloat16)) == 2 * (linear + norms)
-    assert llm.flops_per_token(CFG, context=0) == 2 * linear
-    assert llm.flops_per_token(CFG, context=10) - llm.flops_per_token(CFG, context=0) == 4 * CFG.n_layer * 10 * CFG.dim
+
+
+def test_flops_per_token_match_pytorchs_flop_counter(model):
+    """One decoding step with a context of 20: the formula against FlopCounterMode (attention on the MATH
+    backend, which FlopCounterMode counts like any matmul)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model.setup_cache("static", batch=1, max_len=20)
+    with torch.inference_mode(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        llm.decode_step(model, torch.tensor([[1]]), torch.tensor([19]))
+    model.clear_cache()
+    assert counter.get_total_flops() == llm.flops_per_token(CFG, context=20)
 
 
 def test_int8_weight_bytes_count_data_and_scales():
@@ -116,6 +158,12 @@ def test_bad_generation_input(model, prompt):
         llm.generate(model, prompt, 3, step="compiled")
     with pytest.raises(ValueError, match="force must be"):
         llm.generate(model, prompt, 3, force=prompt)
+    with pytest.raises(ValueError, match="must hold the prompt"):
+        llm.generate(model, prompt, 10, max_len=prompt.shape[1] + 5)
+    with pytest.raises(ValueError, match="must hold the prompt"):
+        llm.generate(model, prompt, 3, max_len=0)
+    with pytest.raises(ValueError, match="prompt.to"):
+        llm.generate(model, prompt.to("meta"), 3)
     with pytest.raises(ValueError, match="'static'"):
         model.setup_cache("paged")
     with pytest.raises(ValueError, match="batch size"):
@@ -124,11 +172,33 @@ def test_bad_generation_input(model, prompt):
         model.setup_cache("static", max_len=CFG.max_seq_len + 1)
 
 
-def test_compiled_step_matches_eager(model, prompt):
-    """The static cache keeps one shape: the compiled step compiles once and agrees with eager."""
+def test_compiled_step_matches_eager_and_compiles_once(model, prompt):
+    """The static cache keeps one shape: the compiled step compiles once, forced or not, and agrees with eager."""
     torch._dynamo.reset()
     step = torch.compile(llm.decode_step, fullgraph=True, dynamic=False)
     tokens, logits = llm.generate(model, prompt, 6)
     t, lg = llm.generate(model, prompt, 6, step=step)
     assert torch.equal(t, tokens)
     torch.testing.assert_close(lg, logits, rtol=1e-4, atol=1e-4)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        llm.generate(model, prompt, 6, step=step)
+        _, forced_logits = llm.generate(model, prompt, 6, step=step, force=tokens)
+    torch.testing.assert_close(forced_logits, logits, rtol=1e-4, atol=1e-4)
+    model.clear_cache()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
+def test_cuda_graph_step_matches_eager():
+    from torch._dynamo.utils import counters
+
+    gpu = llm.GPT(CFG).cuda().eval()
+    prompt = torch.randint(0, CFG.vocab_size, (2, 5), device="cuda")
+    tokens, logits = llm.generate(gpu, prompt, 8)
+    torch._dynamo.reset()
+    counters.clear()
+    step = torch.compile(llm.decode_step, mode="reduce-overhead", fullgraph=True, dynamic=False)
+    for _ in range(3):  # recorded, then replayed
+        t, lg = llm.generate(gpu, prompt, 8, step=step)
+        assert torch.equal(t, tokens)
+        torch.testing.assert_close(lg, logits, rtol=1e-3, atol=1e-3)
+    assert not counters["inductor"]["cudagraph_skips"], "CUDA graphs were skipped"
