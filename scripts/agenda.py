@@ -36,6 +36,7 @@ GPU_PARTS = {
     "07_memory": "partly: allocator statistics, empty_cache, snapshots",
     "08_profiling": "partly: device timelines, NVTX and Nsight",
     "09_capstone": "partly: CUDA graphs, GPU energy (NVML); the steps reorder on a GPU",
+    "10_llm_decoding": "partly: CUDA graphs (reduce-overhead), the flash/efficient/cuDNN attention kernels",
 }
 HALF_DAY = ["00_environment", "01_bottlenecks", "02_precision_quantization", "04_compilation_fusion"]
 MARKS = {"TEACHING.md": ("<!-- agenda:start -->", "<!-- agenda:end -->"),
