@@ -95,6 +95,7 @@ class _OpCounter(_AtenOpMode):
     def __init__(self) -> None:
         super().__init__()
         self.ops = 0
+        self.kernels = 0
         self.bytes = 0
         self.other_flops = 0
         self.host_reads = 0
@@ -109,6 +110,7 @@ class _OpCounter(_AtenOpMode):
                 any(t.device.type != "cpu" for t in inputs) and any(t.device.type == "cpu" for t in outputs)):
             self.host_reads += 1
         if not func.is_view and name not in _NO_TRAFFIC:
+            self.kernels += 1
             # bytes read (each input tensor once; copy_'s destination and out= are only written) + bytes written
             self.bytes += sum(t.numel() * t.element_size() for t in inputs + outputs)
             if func.overloadpacket not in flop_registry:
@@ -117,14 +119,16 @@ class _OpCounter(_AtenOpMode):
 
 @dataclass
 class OpCount:
-    """What one call does: aten ops launched, FLOPs, bytes moved (unfused), and values read back to the host
-    (each a synchronisation on a GPU)."""
+    """What one call does: aten ops dispatched, FLOPs, bytes moved (unfused), and values read back to the host
+    (each a synchronisation on a GPU). ``kernels`` leaves out the ops that only make a view or an empty tensor
+    (no kernel runs for them on a GPU): the count of launches an eager call makes."""
 
     ops: int
     flops: float
     bytes: float
     by_op: dict[str, int] = field(default_factory=dict)
     host_reads: int = 0
+    kernels: int = 0
 
     @property
     def intensity(self) -> float:
@@ -139,7 +143,7 @@ def count_ops(fn: Callable[..., Any], *args: Any) -> OpCount:
     with flop_mode, counter:
         fn(*args)
     flops = float(flop_mode.get_total_flops() + counter.other_flops)
-    return OpCount(ops=counter.ops, flops=flops, bytes=float(counter.bytes),
+    return OpCount(ops=counter.ops, kernels=counter.kernels, flops=flops, bytes=float(counter.bytes),
                    by_op=dict(sorted(counter.names.items(), key=lambda kv: -kv[1])), host_reads=counter.host_reads)
 
 

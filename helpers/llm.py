@@ -226,12 +226,21 @@ class GPT(nn.Module):
         return total
 
 
+def _check_ids(name: str, ids: torch.Tensor, vocab_size: int) -> None:
+    """Token ids must be integers in [0, vocab_size): an id out of range fails inside the embedding, and on a
+    GPU as a device-side assert that breaks CUDA for the rest of the process. (One synchronisation per call.)"""
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
+        raise ValueError(f"{name} must be a (batch, length) tensor of token ids (dtype torch.long).")
+    if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < vocab_size):
+        raise ValueError(f"{name} has token ids outside 0…{vocab_size - 1}, the model's vocabulary: "
+                         f"use ids below vocab_size={vocab_size}.")
+
+
 def _check_tokens(model: GPT, prompt: torch.Tensor, new_tokens: int) -> None:
-    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.dtype != torch.long:
-        raise ValueError("prompt must be a (batch, length) tensor of token ids (dtype torch.long).")
-    if prompt.device != model.device:
+    if isinstance(prompt, torch.Tensor) and prompt.device != model.device:
         raise ValueError(f"the prompt is on {prompt.device} and the model on {model.device}: "
                          "move the prompt with prompt.to(model.device).")
+    _check_ids("prompt", prompt, model.config.vocab_size)
     if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
         raise ValueError(f"new_tokens={new_tokens!r}: generate at least one token.")
     if prompt.shape[1] + new_tokens > model.config.max_seq_len:
@@ -243,7 +252,8 @@ def _check_tokens(model: GPT, prompt: torch.Tensor, new_tokens: int) -> None:
 def generate_uncached(model: GPT, prompt: torch.Tensor, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy decoding without a cache: every step runs the whole sequence so far again.
     Returns ``(tokens, logits)``: the ``new_tokens`` chosen (batch × new_tokens) and the logits each was
-    chosen from (batch × new_tokens × vocab)."""
+    chosen from (batch × new_tokens × vocab). Any cache on the model is removed first (a kept static cache
+    is allocated again by the next :func:`generate`)."""
     _check_tokens(model, prompt, new_tokens)
     model.clear_cache()
     seq, logits = prompt, []
@@ -286,10 +296,22 @@ def generate(model: GPT, prompt: torch.Tensor, new_tokens: int, cache: str = "st
     step = decode_step if step is None else step
     if not callable(step):
         raise TypeError(f"step must be a function like decode_step, got {type(step).__name__}.")
-    if force is not None and (not isinstance(force, torch.Tensor) or force.shape != (prompt.shape[0], new_tokens)):
-        raise ValueError(f"force must be a (batch, new_tokens) = {(prompt.shape[0], new_tokens)} tensor of "
-                         "token ids, e.g. the tokens of a reference run.")
+    if force is not None:
+        if not isinstance(force, torch.Tensor) or force.shape != (prompt.shape[0], new_tokens):
+            raise ValueError(f"force must be a (batch, new_tokens) = {(prompt.shape[0], new_tokens)} tensor of "
+                             "token ids, e.g. the tokens of a reference run.")
+        _check_ids("force", force, model.config.vocab_size)
     model.setup_cache(cache, prompt.shape[0], max_len or total)
+    try:
+        return _decode(model, prompt, new_tokens, step, force)
+    finally:
+        if cache == "dynamic":
+            model.clear_cache()  # a dynamic cache left behind would be attended to by the next forward
+
+
+def _decode(model: GPT, prompt: torch.Tensor, new_tokens: int,
+            step: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor],
+            force: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     # Everything a step reads is on the device before the loop: creating a GPU tensor from a Python number
     # inside it would be a blocking copy per token. The position is advanced in place (gpt-fast's way), and a
     # forced token is a contiguous (batch, 1) column like the model's own choice (else the compiled step would
@@ -306,8 +328,6 @@ def generate(model: GPT, prompt: torch.Tensor, new_tokens: int, cache: str = "st
             fed = token if forced is None else forced[i].unsqueeze(1).clone()
             out = step(model, fed, pos).clone()  # clone: a CUDA-graph step reuses its output buffer
             pos += 1
-    if cache == "dynamic":
-        model.clear_cache()  # a dynamic cache left behind would be attended to by the next forward
     return torch.cat(tokens, dim=1), torch.stack(logits, dim=1)
 
 

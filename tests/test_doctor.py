@@ -41,6 +41,7 @@ def test_count_ops_counts_ops_flops_and_bytes():
     assert counts.bytes == 4 * ((8 * 64 + 64 * 32 + 8 * 32) + (8 * 32 + 8 * 32))
     views = doctor.count_ops(lambda x: x.t().reshape(-1), torch.randn(4, 4))
     assert views.bytes == 4 * 16 * 2  # the views move nothing; the reshape of a transposed tensor copies it once
+    assert counts.kernels == 2 and views.ops > views.kernels == 1  # only the copy runs a kernel
     dst = torch.empty(100)
     assert doctor.count_ops(lambda x: dst.copy_(x), torch.randn(100)).bytes == 800  # read src, write dst
     assert doctor.count_ops(lambda x: torch.relu_(x), torch.randn(100)).bytes == 800  # read, write in place

@@ -53,6 +53,28 @@ def test_a_cache_is_really_used_and_kept_only_when_static(model, prompt):
     assert model.cache_bytes() == 0
 
 
+def test_a_kept_static_cache_serves_the_next_request_correctly(model, prompt):
+    """A kept cache still holds the previous request's keys: every position must be written before it is read."""
+    other = (prompt * 7 + 3) % CFG.vocab_size
+    tokens, logits = llm.generate_uncached(model, other, 6)
+    llm.generate(model, prompt, 6)
+    address = model.blocks[0].attn.cache.k.data_ptr()
+    t, lg = llm.generate(model, other, 6)
+    assert model.blocks[0].attn.cache.k.data_ptr() == address
+    assert torch.equal(t, tokens)
+    torch.testing.assert_close(lg, logits, rtol=1e-4, atol=1e-4)
+    model.clear_cache()
+
+
+def test_a_failed_request_leaves_no_dynamic_cache(model, prompt):
+    def failing(m, token, pos):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        llm.generate(model, prompt, 3, cache="dynamic", step=failing)
+    assert model.blocks[0].attn.cache is None
+
+
 def test_a_dynamic_cache_grows_by_one_position_per_step(model, prompt):
     lengths = []
 
@@ -162,6 +184,12 @@ def test_bad_generation_input(model, prompt):
         llm.generate(model, prompt, 10, max_len=prompt.shape[1] + 5)
     with pytest.raises(ValueError, match="must hold the prompt"):
         llm.generate(model, prompt, 3, max_len=0)
+    with pytest.raises(ValueError, match="outside 0…63"):
+        llm.generate(model, prompt + CFG.vocab_size, 3)
+    with pytest.raises(ValueError, match="outside"):
+        llm.generate(model, prompt, 3, force=torch.full((2, 3), -1))
+    with pytest.raises(ValueError, match="force must be a"):
+        llm.generate(model, prompt, 3, force=torch.zeros(2, 3))
     with pytest.raises(ValueError, match="prompt.to"):
         llm.generate(model, prompt.to("meta"), 3)
     with pytest.raises(ValueError, match="'static'"):
@@ -202,3 +230,5 @@ def test_cuda_graph_step_matches_eager():
         assert torch.equal(t, tokens)
         torch.testing.assert_close(lg, logits, rtol=1e-3, atol=1e-3)
     assert not counters["inductor"]["cudagraph_skips"], "CUDA graphs were skipped"
+    # recorded once, with only the token and the position copied in at each replay (weights and cache are static)
+    assert counters["inductor"]["cudagraph_recorded_non_static_inputs"] == 2
