@@ -135,16 +135,17 @@ def _tiny_model() -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def provider_works(provider: str) -> bool:
-    """Whether a session asked for ``provider`` really gets it (it falls back to the CPU silently otherwise)."""
+def provider_status(provider: str) -> tuple[bool, str]:
+    """``(works, why)``: whether a session asked for ``provider`` really gets it (ORT falls back to the CPU
+    silently otherwise), and the reason when it does not (the exception's first line, or the fallback)."""
     import onnxruntime as ort
 
     if provider not in ort.get_available_providers():
-        return False
+        return False, f"not in this onnxruntime build ({ort.__version__}; a CPU-only wheel lists no GPU providers)"
     if provider == "CPUExecutionProvider":
-        return True
+        return True, "always available"
     if not torch.cuda.is_available():  # CUDA and TensorRT providers need a CUDA GPU
-        return False
+        return False, "no CUDA GPU here (torch.cuda.is_available() is False)"
     if hasattr(ort, "preload_dlls"):  # CUDA/cuDNN libraries from the pip-installed nvidia wheels (torch's)
         with contextlib.suppress(Exception):
             ort.preload_dlls()
@@ -152,9 +153,18 @@ def provider_works(provider: str) -> bool:
         with _ort_quiet():
             sess = ort.InferenceSession(_tiny_model(), providers=[provider, "CPUExecutionProvider"])
             sess.run(None, {"x": np.ones(1, np.float32)})
-    except Exception:  # a provider library that fails to load is "not working", which is the answer
-        return False
-    return sess.get_providers()[0] == provider
+    except Exception as exc:  # a provider library that fails to load is "not working", which is the answer
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return False, f"a session on it failed: {first}"
+    if sess.get_providers()[0] != provider:
+        return False, ("the session fell back to the CPU: ORT could not load the provider's libraries "
+                       "(CUDA 13 and cuDNN 9 for onnxruntime-gpu 1.31)")
+    return True, "a probe session ran on it"
+
+
+def provider_works(provider: str) -> bool:
+    """Whether a session asked for ``provider`` really gets it (see :func:`provider_status` for why not)."""
+    return provider_status(provider)[0]
 
 
 def working_providers() -> list[str]:

@@ -78,6 +78,8 @@ def test_the_probe_really_opens_a_session(no_gpu, monkeypatch, capfd):
     # to the CPU (no driver here), answer False, and keep ORT's error lines out of the output.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert not onnxrt.provider_works("CUDAExecutionProvider")
+    works, why = onnxrt.provider_status("CUDAExecutionProvider")
+    assert not works and ("fell back" in why or "failed" in why)  # the reason is kept, not a guess
     assert "onnxruntime:" not in capfd.readouterr().err
 
 
@@ -88,6 +90,8 @@ def test_cpu_only_onnxruntime_beside_a_cuda_torch(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
     assert onnxrt.working_providers() == ["CPUExecutionProvider"]
+    assert "CPU-only" in onnxrt.provider_status("CUDAExecutionProvider")[1]
+    assert onnxrt.provider_status("CPUExecutionProvider")[0]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="IO binding needs a CUDA GPU")
