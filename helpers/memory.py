@@ -1,10 +1,12 @@
 """Peak memory of a call, measured the right way on each device.
 
 * CUDA: the caching allocator's own statistics (``max_memory_allocated``), reset before the call.
-* CPU: ``torch.cuda`` functions return 0 there, so this module tracks the tensors the call creates: a
+* CPU (and Apple MPS): ``torch.cuda`` functions return 0 there, so this module tracks the tensors the call creates: a
   dispatch mode sees every new tensor an aten op returns and a finaliser sees it freed, giving the peak of
   live tensor bytes the call added. (It does not see memory a kernel library allocates internally, such as
-  oneDNN scratch space.) ``rss_peak_growth`` samples the process's resident memory instead: closer to what
+  oneDNN scratch space; nor tensors made in other threads, the dispatch mode being per thread; and a
+  ``torch.compile``d function runs eagerly while a dispatch mode is active, so its eager peak is what it
+  measures.) ``rss_peak_growth`` samples the process's resident memory instead: closer to what
   the OS sees, but blind to memory the allocator reuses.
 """
 
@@ -23,8 +25,9 @@ from .device import DeviceLike, choose_device, sync
 
 
 class _LiveTensorBytes(TorchDispatchMode):
-    def __init__(self) -> None:
+    def __init__(self, device_type: str = "cpu") -> None:
         super().__init__()
+        self.device_type = device_type  # tensors on this kind of device are counted (cpu, or mps on a Mac)
         self.live = 0
         self.peak = 0
         self._lock = threading.Lock()
@@ -38,9 +41,9 @@ class _LiveTensorBytes(TorchDispatchMode):
         if func.is_view:
             return out
         inputs = {a.untyped_storage().data_ptr() for a in torch.utils._pytree.tree_leaves((args, kwargs))
-                  if isinstance(a, torch.Tensor) and a.device.type == "cpu"}
+                  if isinstance(a, torch.Tensor) and a.device.type == self.device_type}
         for t in torch.utils._pytree.tree_leaves(out):
-            if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+            if not isinstance(t, torch.Tensor) or t.device.type != self.device_type:
                 continue
             storage = t.untyped_storage()
             if storage.data_ptr() in inputs or storage.nbytes() == 0:
@@ -66,7 +69,7 @@ def peak_allocated_bytes(fn: Callable[[], Any], device: DeviceLike = None) -> in
         sync(dev)
         del result
         return max(0, torch.cuda.max_memory_allocated(dev) - base)
-    tracker = _LiveTensorBytes()
+    tracker = _LiveTensorBytes(dev.type)
     with tracker:
         result = fn()
     del result

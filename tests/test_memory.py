@@ -84,7 +84,7 @@ def test_oom_backoff_lets_other_errors_through():
         run_with_oom_backoff(broken, torch.ones(4), batch=2)
 
 
-def test_cuda_memory_refuses_a_cpu(no_gpu):
+def test_cuda_memory_refuses_a_cpu():
     from helpers.memory import cuda_memory
 
     with pytest.raises(ValueError, match="psutil") as info:
