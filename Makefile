@@ -33,8 +33,9 @@ lab: setup
 lint: setup
 	$(BIN)/ruff check helpers tests scripts notebooks
 
+# Their compile caches and records go to outputs/test too, not into the cache and results `make lab` uses.
 test-helpers: setup
-	COURSE_MODE=quick $(BIN)/python -m pytest --durations=5 tests
+	COURSE_MODE=quick COURSE_OUTPUTS=$(CURDIR)/outputs/test $(BIN)/python -m pytest --durations=5 tests
 
 # Their records go to outputs/test, not into your own results file.
 test-notebooks: setup

@@ -1,6 +1,6 @@
 """quick / full mode: one environment variable, ``COURSE_MODE``, switches every notebook's sizes.
 
-* ``quick``: what CI runs. Small sizes and few repeats; each notebook well under a minute on 2 CPU cores.
+* ``quick``: what CI runs. Small sizes and few repeats; each notebook under a minute on 2 CPU cores.
 * ``full`` (the default): what a learner or a GPU reference run gets. Sizes that show the real effect.
 """
 
