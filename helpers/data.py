@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from .checks import check_choice, check_int
 from .paths import DATA_DIR
 
 DIGITS_FILE = DATA_DIR / "digits.pt"
@@ -33,8 +34,7 @@ def _digits_raw() -> dict[str, torch.Tensor]:
 def load_digits_raw(split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
     """``(images, labels)`` as stored: images uint8 ``N×8×8`` with values 0…16 (what a request would carry),
     labels int64 in 0…9. :func:`digits_to_float` turns a batch of such images into the model's input."""
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r} is not a split; use one of {SPLITS}.")
+    check_choice("split", split, SPLITS, hint="'all' is train and test together")
     raw = _digits_raw()
     index = torch.arange(len(raw["labels"])) if split == "all" else raw[f"{split}_index"]
     return raw["images"][index], raw["labels"][index].to(torch.int64)
@@ -53,8 +53,7 @@ def load_digits(split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
 
 def digits_loader(split: str = "test", batch_size: int = 64, shuffle: bool = False, **kwargs: object) -> DataLoader:
     """A ``DataLoader`` over the digits (extra keyword arguments go to ``DataLoader``)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r} must be an integer ≥ 1.")
+    check_int("batch_size", batch_size, hint="pass how many digits per batch, e.g. 64")
     return DataLoader(TensorDataset(*load_digits(split)), batch_size=batch_size, shuffle=shuffle, **kwargs)
 
 
@@ -84,8 +83,7 @@ def photo_transform(size: int = 224):  # -> torchvision.transforms.v2.Compose
     """Resize the short side to ``size``, centre-crop ``size×size``, scale to float, ImageNet-normalise."""
     from torchvision.transforms import v2
 
-    if size < 1:
-        raise ValueError(f"size={size} must be a positive number of pixels.")
+    check_int("size", size, hint="pass the side of the square image in pixels, e.g. 224")
     return v2.Compose([
         v2.Resize(size, antialias=True),
         v2.CenterCrop(size),
@@ -99,8 +97,7 @@ class PhotoDataset(Dataset):
     production input pipeline). ``repeat`` cycles through the photos to make a longer stream."""
 
     def __init__(self, size: int = 224, repeat: int = 1) -> None:
-        if repeat < 1:
-            raise ValueError(f"repeat={repeat} must be at least 1.")
+        check_int("repeat", repeat, hint="pass how many times the stream cycles through the photos, e.g. 1")
         self.paths = photo_paths()
         self.transform = photo_transform(size)
         self.repeat = repeat

@@ -6,7 +6,8 @@ say which regime it is in, with the evidence.
    Python) or its time goes to something a bigger batch shares, such as reading the weights.
 2. **Arithmetic intensity against the machine balance**: FLOPs (``torch.utils.flop_counter`` for matmuls
    and convolutions, plus an estimate of one FLOP per output element for every other op) over the bytes
-   each op reads and writes in eager mode (every aten op's tensor inputs and outputs; views move nothing).
+   each op reads and writes in eager mode (every aten op's tensor inputs and outputs; views move nothing),
+   all counted by :func:`helpers.opcount.count_ops` (its ``"per-op"`` byte rule).
    Below this machine's ridge point: *memory-bound*; above: *compute-bound*.
 3. **Time explained by the work**: the roofline time of the work, ``max(FLOPs / peak, bytes / bandwidth)``,
    over the measured time; and the **dispatch share**, ops per call × this machine's per-op dispatch/launch
@@ -22,15 +23,15 @@ Use it on your own model: ``diagnose(model, example_input, rf)`` with ``rf = roo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode  # the standard hook for counting aten ops
-from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
+from .checks import check_callable, check_int
 from .device import DeviceLike, choose_device
 from .modes import pick
+from .opcount import OpCount, count_ops  # the op/FLOP/byte accounting, re-exported: doctor.count_ops
 from .roofline import Roofline
 from .timing import Measurement, benchmark
 
@@ -40,111 +41,6 @@ FLAT_GROWTH = 1.3
 OVERHEAD_SHARE = 0.5
 #: the work at the roofs would take less than this share of the measured time: overhead-bound.
 EXPLAINED_MIN = 0.25
-
-
-#: ops that dispatch but move no data: allocations without initialisation, and views not flagged as such
-_NO_TRAFFIC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "_unsafe_view", "alias",
-               "detach", "lift_fresh"}
-
-
-def _unique(values: Any) -> list[torch.Tensor]:
-    seen, tensors = set(), []
-    for v in values:
-        if isinstance(v, torch.Tensor) and id(v) not in seen:
-            seen.add(id(v))
-            tensors.append(v)
-    return tensors
-
-
-def _decomposed(mode: TorchDispatchMode, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
-    """Composite ops (matmul, linear under inference_mode) run as the kernels they decompose into: run those
-    under ``mode``, so that it sees them as a GPU or CPU would launch them. NotImplemented for other ops."""
-    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
-        with mode:
-            return func.decompose(*args, **kwargs)
-    return NotImplemented
-
-
-def _operands(name: str, args: Any, kwargs: dict[str, Any], out: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The tensors an op reads (copy_'s destination and ``out=`` are only written) and the tensors it writes."""
-    leaves = torch.utils._pytree.tree_leaves
-    read_args = args[1:] if name == "copy_" else args
-    return _unique(leaves((read_args, {k: v for k, v in kwargs.items() if k != "out"}))), _unique(leaves(out))
-
-
-class _AtenOpMode(TorchDispatchMode):
-    """Runs every aten op (a composite op as the kernels it decomposes into) and hands each to ``on_op``."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
-        decomposed = _decomposed(self, func, args, kwargs)
-        if decomposed is not NotImplemented:
-            return decomposed
-        out = func(*args, **kwargs)
-        self.on_op(func, func.overloadpacket.__name__, args, kwargs, out)
-        return out
-
-    def on_op(self, func: Any, name: str, args: Any, kwargs: dict[str, Any], out: Any) -> None:
-        raise NotImplementedError
-
-
-class _OpCounter(_AtenOpMode):
-    """Counts aten ops, the bytes they read and write (eager mode: nothing is fused), and one FLOP per output
-    element of the ops that FlopCounterMode does not count (pointwise ops, reductions)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = 0
-        self.kernels = 0
-        self.bytes = 0
-        self.other_flops = 0
-        self.host_reads = 0
-        self.names: dict[str, int] = {}
-
-    def on_op(self, func: Any, name: str, args: Any, kwargs: dict[str, Any], out: Any) -> None:
-        self.ops += 1
-        self.names[name] = self.names.get(name, 0) + 1
-        inputs, outputs = _operands(name, args, kwargs, out)
-        # a value read back to Python (.item(), bool(tensor)), or a copy from a device to the host (.cpu(), .tolist())
-        if name == "_local_scalar_dense" or (
-                any(t.device.type != "cpu" for t in inputs) and any(t.device.type == "cpu" for t in outputs)):
-            self.host_reads += 1
-        if not func.is_view and name not in _NO_TRAFFIC:
-            self.kernels += 1
-            # bytes read (each input tensor once; copy_'s destination and out= are only written) + bytes written
-            self.bytes += sum(t.numel() * t.element_size() for t in inputs + outputs)
-            if func.overloadpacket not in flop_registry:
-                self.other_flops += sum(t.numel() for t in outputs if t.is_floating_point())
-
-
-@dataclass
-class OpCount:
-    """What one call does: aten ops dispatched, FLOPs, bytes moved (unfused), and values read back to the host
-    (each a synchronisation on a GPU). ``kernels`` leaves out the ops that only make a view or an empty tensor
-    (no kernel runs for them on a GPU): the count of launches an eager call makes."""
-
-    ops: int
-    flops: float
-    bytes: float
-    by_op: dict[str, int] = field(default_factory=dict)
-    host_reads: int = 0
-    kernels: int = 0
-
-    @property
-    def intensity(self) -> float:
-        return self.flops / self.bytes if self.bytes else 0.0
-
-
-@torch.inference_mode()
-def count_ops(fn: Callable[..., Any], *args: Any) -> OpCount:
-    """Run ``fn(*args)`` once and count its aten ops, FLOPs and eager memory traffic."""
-    counter = _OpCounter()
-    flop_mode = FlopCounterMode(display=False)
-    with flop_mode, counter:
-        fn(*args)
-    flops = float(flop_mode.get_total_flops() + counter.other_flops)
-    return OpCount(ops=counter.ops, kernels=counter.kernels, flops=flops, bytes=float(counter.bytes),
-                   by_op=dict(sorted(counter.names.items(), key=lambda kv: -kv[1])), host_reads=counter.host_reads)
 
 
 @dataclass
@@ -205,8 +101,7 @@ def diagnose(
     ``rf`` is this machine's measured roofline (``roofline.measure_roofline``); ``dtype`` picks which
     compute roof to compare against.
     """
-    if not callable(model):
-        raise TypeError(f"diagnose() needs a model or function, got {type(model).__name__}.")
+    check_callable("model", model, hint="diagnose() needs a model or function, e.g. diagnose(model, x, rf)")
     if not isinstance(example, torch.Tensor) or example.dim() == 0:
         raise ValueError("diagnose() needs an example input tensor with a batch dimension, e.g. torch.randn(8, 784).")
     if not -example.dim() <= batch_dim < example.dim():
@@ -285,7 +180,9 @@ def diagnose_batches(
     """:func:`diagnose` at several batch sizes; returns the diagnoses and a table (pandas DataFrame)."""
     import pandas as pd
 
-    if not batches or any(not isinstance(b, int) or b < 1 for b in batches):
-        raise ValueError(f"batches={batches!r} must be a non-empty list of integers ≥ 1.")
+    if not batches:
+        raise ValueError(f"batches={batches!r} is empty: pass a list of batch sizes ≥ 1, e.g. [1, 8, 64].")
+    for b in batches:
+        check_int("batch", b, hint="pass batches as a list of integers ≥ 1, e.g. [1, 8, 64]")
     diagnoses = [diagnose(model, make_input(b), rf, **kwargs) for b in batches]
     return diagnoses, pd.DataFrame([d.row() for d in diagnoses]).set_index("batch")

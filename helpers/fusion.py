@@ -6,6 +6,9 @@ code ``torch.compile`` generated for it.
 called from Python or from compiled code (not from inside another aten op, and not a view or an allocation),
 or one of Inductor's generated C++ kernels; the profiler sees those only when the function was compiled after
 :func:`enable_cpu_kernel_profiling`.
+
+``traffic`` (the bytes one eager call moves, unfused and ideally fused) is :func:`helpers.opcount.traffic`,
+where all op, FLOP and byte accounting lives; it is importable from here as before.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from typing import Any
 
 import torch
 
+from .checks import check_callable, check_int
 from .device import DeviceLike, choose_device, sync
-from .doctor import _NO_TRAFFIC, _AtenOpMode, _operands, _unique
-from .noise import quiet_profile
+from .opcount import Traffic, traffic  # noqa: F401 - re-exported: fusion.traffic (unfused and fused bytes)
+from .profiling import quiet_profile
 
 #: aten ops the profiler records that launch no kernel: views, metadata, allocations without initialisation
 _NOT_KERNELS = {f"aten::{name}" for name in (
@@ -100,8 +104,9 @@ def count_kernels(fn: Callable[..., Any], *args: Any, device: DeviceLike = None,
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    if not callable(fn):
-        raise TypeError(f"count_kernels needs a function to call, got {type(fn).__name__}.")
+    check_callable("fn", fn, hint="count_kernels needs a function to call, e.g. count_kernels(model, x)")
+    check_int("warmup", warmup, minimum=0,
+              hint="pass how many unprofiled calls come first, e.g. 1 (a compiled fn compiles in it)")
     dev = choose_device(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     with torch.inference_mode():
@@ -130,67 +135,6 @@ def count_kernels(fn: Callable[..., Any], *args: Any, device: DeviceLike = None,
             raise RuntimeError("The profiler cannot see inside this compiled function: call "
                                "helpers.fusion.enable_cpu_kernel_profiling() before compiling it.")
     return KernelCount(dev.type, kernels, launches=len(kernels))
-
-
-@dataclass
-class Traffic:
-    """Bytes one call moves through memory: each eager op reading its inputs and writing its output
-    (``unfused``), against reading the call's inputs once and writing its outputs once (``fused``, what a
-    single perfectly fused kernel would move). ``intermediate`` is what the ops wrote for each other."""
-
-    unfused: int
-    fused: int
-    intermediate: int
-    ops: list[str]
-
-    @property
-    def saving(self) -> float:
-        """How many times fewer bytes the fused call moves."""
-        return self.unfused / self.fused if self.fused else float("nan")
-
-
-class _TrafficCounter(_AtenOpMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.unfused = 0
-        self.written: dict[int, int] = {}  # storage -> bytes, for storages this call produced
-        self.external: dict[int, int] = {}  # storage -> bytes, for inputs read from outside the call
-        self.intermediate_reads = 0
-        self.ops: list[str] = []
-        # Outputs are kept alive until the call ends: a freed intermediate's memory is reused by the next op,
-        # and two tensors at one address would be taken for one.
-        self.alive: list[torch.Tensor] = []
-
-    def on_op(self, func: Any, name: str, args: Any, kwargs: dict[str, Any], out: Any) -> None:
-        if func.is_view or name in _NO_TRAFFIC:
-            return
-        self.ops.append(name)
-        inputs, outputs = _operands(name, args, kwargs, out)
-        for t in inputs:
-            nbytes, key = t.numel() * t.element_size(), t.untyped_storage().data_ptr()
-            self.unfused += nbytes
-            if key in self.written:
-                self.intermediate_reads += nbytes
-            else:
-                self.external[key] = max(self.external.get(key, 0), nbytes)
-        for t in outputs:
-            nbytes = t.numel() * t.element_size()
-            self.unfused += nbytes
-            self.written[t.untyped_storage().data_ptr()] = nbytes
-            self.alive.append(t)
-
-
-def traffic(fn: Callable[..., Any], *args: Any) -> Traffic:
-    """Estimate the memory traffic of one eager call of ``fn(*args)``, unfused and ideally fused."""
-    counter = _TrafficCounter()
-    with torch.inference_mode(), counter:
-        result = fn(*args)
-    final = {t.untyped_storage().data_ptr(): t.numel() * t.element_size()
-             for t in _unique(torch.utils._pytree.tree_leaves(result))}
-    fused = sum(counter.external.values()) + sum(final.values())
-    written_between = sum(b for k, b in counter.written.items() if k not in final)
-    return Traffic(unfused=counter.unfused, fused=fused, intermediate=written_between + counter.intermediate_reads,
-                   ops=counter.ops)
 
 
 def generated_code(fn: Callable[..., Any], *args: Any) -> tuple[Any, str]:

@@ -10,8 +10,10 @@ from typing import Any
 
 import torch
 
+from .checks import check_callable, check_int
 from .device import DeviceLike, choose_device, sync
 from .memory import peak_allocated_bytes
+from .models import accuracy
 from .timing import Measurement, benchmark
 
 
@@ -44,8 +46,8 @@ def predict(fn: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, ba
     ``pad=True`` pads the last batch to ``batch_size`` (and drops the padding's outputs), so a compiled
     ``fn`` only ever sees one shape and is never recompiled.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size} must be at least 1.")
+    check_callable("fn", fn, hint="predict() needs a model or function from a batch to logits")
+    check_int("batch_size", batch_size, hint="pass how many images per call, e.g. 512")
     outs = []
     for start in range(0, len(images), batch_size):
         x = images[start:start + batch_size]
@@ -74,7 +76,8 @@ def evaluate(
     ``fn`` takes a batch (already on the device); ``prepare`` converts the fp32 batch for it (``.half()`` …);
     ``model`` is what is measured for size (None when the variant is not a module, e.g. an ONNX session).
     The very first call, on ``bench_input``, is timed apart as ``first_call_s`` (for a compiled ``fn`` it
-    includes compilation); accuracy is then computed in batches of the same shape, so nothing recompiles.
+    includes compilation); accuracy (:func:`helpers.models.accuracy`) is then computed in batches of the same
+    shape, so nothing recompiles.
     """
     dev = choose_device(device)
     x = prepare(bench_input) if prepare else bench_input
@@ -89,12 +92,12 @@ def evaluate(
     sync(dev)
     first_call = time.perf_counter() - start
     logits = predict(fn, test_images, batch_size=len(bench_input), prepare=prepare, pad=True)
-    accuracy = float((logits.argmax(dim=1) == test_labels.cpu()).float().mean())
+    top1 = accuracy(fn, test_images, test_labels, logits=logits)  # scores the logits just computed
     agree = agreement(reference_logits, logits)
     m = benchmark(call, label=name, device=dev, repeats=repeats, items=len(bench_input))
     row = {
         "variant": name,
-        "accuracy": accuracy,
+        "accuracy": top1,
         **agree,
         "median_s": m.median,
         "iqr_s": m.iqr,

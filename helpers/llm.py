@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .checks import check_callable, check_choice, check_int
+
 __all__ = [
     "GPTConfig", "GPT", "StaticKVCache", "DynamicKVCache", "generate", "generate_uncached", "decode_step",
     "prefill", "kv_cache_bytes", "decode_weight_bytes", "flops_per_token", "linear_weight_bytes",
@@ -45,8 +47,7 @@ class GPTConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layer", "n_head", "dim", "max_seq_len"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"GPTConfig.{name}={value!r}: it must be a positive integer.")
+            check_int(f"GPTConfig.{name}", value, hint="give every size of the decoder as a positive integer")
         if self.dim % self.n_head:
             raise ValueError(f"GPTConfig: dim={self.dim} is not a multiple of n_head={self.n_head}; "
                              "pick a dim that n_head divides (each head gets dim // n_head channels).")
@@ -57,10 +58,8 @@ class GPTConfig:
 
 
 def _check_cache_args(batch: int, max_len: int, limit: int) -> None:
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch={batch!r}: a KV cache needs a batch size ≥ 1.")
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or not 1 <= max_len <= limit:
-        raise ValueError(f"max_len={max_len!r}: it must be between 1 and the model's max_seq_len ({limit}).")
+    check_int("batch", batch, hint="a KV cache holds one row per sequence: pass the batch size of the prompts")
+    check_int("max_len", max_len, maximum=limit, hint=f"a cache holds at most the model's max_seq_len ({limit})")
 
 
 class StaticKVCache(nn.Module):
@@ -201,8 +200,7 @@ class GPT(nn.Module):
         position is written before a query can see it, and the mask hides the others."""
         cfg = self.config
         max_len = cfg.max_seq_len if max_len is None else max_len
-        if kind not in ("static", "dynamic"):
-            raise ValueError(f"kind={kind!r}: a KV cache is 'static' (preallocated) or 'dynamic' (concatenated).")
+        check_choice("kind", kind, ("static", "dynamic"), hint="a KV cache is preallocated (static) or concatenated")
         _check_cache_args(batch, max_len, cfg.max_seq_len)
         current = self.blocks[0].attn.cache
         if (kind == "static" and isinstance(current, StaticKVCache) and current.k.dtype == self.dtype
@@ -241,8 +239,7 @@ def _check_tokens(model: GPT, prompt: torch.Tensor, new_tokens: int) -> None:
         raise ValueError(f"the prompt is on {prompt.device} and the model on {model.device}: "
                          "move the prompt with prompt.to(model.device).")
     _check_ids("prompt", prompt, model.config.vocab_size)
-    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
-        raise ValueError(f"new_tokens={new_tokens!r}: generate at least one token.")
+    check_int("new_tokens", new_tokens, hint="generate at least one token")
     if prompt.shape[1] + new_tokens > model.config.max_seq_len:
         raise ValueError(f"a prompt of {prompt.shape[1]} tokens plus {new_tokens} new ones exceeds the model's "
                          f"max_seq_len ({model.config.max_seq_len}): shorten one of them.")
@@ -289,13 +286,11 @@ def generate(model: GPT, prompt: torch.Tensor, new_tokens: int, cache: str = "st
     still the model's own greedy choices at every position."""
     _check_tokens(model, prompt, new_tokens)
     total = prompt.shape[1] + new_tokens
-    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
-                                or not total <= max_len <= model.config.max_seq_len):
-        raise ValueError(f"max_len={max_len!r}: a cache must hold the prompt and the new tokens ({total}) and fit "
-                         f"the model's max_seq_len ({model.config.max_seq_len}).")
+    if max_len is not None:
+        check_int("max_len", max_len, minimum=total, maximum=model.config.max_seq_len,
+                  hint=f"a cache must hold the prompt and the new tokens ({total}) and fit the model's max_seq_len")
     step = decode_step if step is None else step
-    if not callable(step):
-        raise TypeError(f"step must be a function like decode_step, got {type(step).__name__}.")
+    check_callable("step", step, hint="pass a function like decode_step (or a compiled one)")
     if force is not None:
         if not isinstance(force, torch.Tensor) or force.shape != (prompt.shape[0], new_tokens):
             raise ValueError(f"force must be a (batch, new_tokens) = {(prompt.shape[0], new_tokens)} tensor of "

@@ -8,6 +8,9 @@
   ``torch.compile``d function runs eagerly while a dispatch mode is active, so its eager peak is what it
   measures.) ``rss_peak_growth`` samples the process's resident memory instead: closer to what
   the OS sees, but blind to memory the allocator reuses.
+
+Surviving a full device (``free_memory``, ``run_with_oom_backoff``, the simulated ``with_memory_cap``) is
+:mod:`helpers.oom`'s; those names are re-exported here.
 """
 
 from __future__ import annotations
@@ -21,7 +24,11 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .checks import check_callable, check_int
 from .device import DeviceLike, choose_device, sync
+
+# out-of-memory handling lives in one module; these names stay importable from here (notebook 07 uses them)
+from .oom import BackoffResult, free_memory, run_with_oom_backoff, with_memory_cap  # noqa: F401 - re-exported
 
 
 class _LiveTensorBytes(TorchDispatchMode):
@@ -58,8 +65,7 @@ class _LiveTensorBytes(TorchDispatchMode):
 
 def peak_allocated_bytes(fn: Callable[[], Any], device: DeviceLike = None) -> int:
     """Peak bytes of tensor memory that ``fn()`` adds on ``device`` while it runs (see the module docstring)."""
-    if not callable(fn):
-        raise TypeError("peak_allocated_bytes() needs a function of no arguments, e.g. lambda: model(x).")
+    check_callable("fn", fn, hint="peak_allocated_bytes() needs a function of no arguments, e.g. lambda: model(x)")
     dev = choose_device(device)
     if dev.type == "cuda":
         sync(dev)
@@ -79,8 +85,8 @@ def peak_allocated_bytes(fn: Callable[[], Any], device: DeviceLike = None) -> in
 def rss_peak_growth(fn: Callable[[], Any], calls: int = 1) -> int:
     """Growth of the process's resident memory (RSS) while ``fn()`` runs ``calls`` times, sampled every
     ~0.2 ms by a thread. Misses spikes shorter than that, and memory the allocator reuses."""
-    if not callable(fn):
-        raise TypeError("rss_peak_growth() needs a function of no arguments.")
+    check_callable("fn", fn, hint="rss_peak_growth() needs a function of no arguments, e.g. lambda: model(x)")
+    check_int("calls", calls, hint="pass how many times to call fn, e.g. 1")
     import psutil
 
     process = psutil.Process()
@@ -105,15 +111,6 @@ def rss_peak_growth(fn: Callable[[], Any], calls: int = 1) -> int:
     return max(0, max(peak, process.memory_info().rss) - base)
 
 
-def free_memory(device: DeviceLike = None) -> None:
-    """Collect garbage, then (on CUDA) return the caching allocator's unused blocks to the driver."""
-    import gc
-
-    gc.collect()
-    if choose_device(device).type == "cuda":
-        torch.cuda.empty_cache()
-
-
 def cuda_memory(device: DeviceLike = "cuda") -> dict[str, int]:
     """The CUDA caching allocator's view: bytes allocated to live tensors, reserved from the driver (live +
     cached), and the peaks of both since the last reset."""
@@ -123,74 +120,3 @@ def cuda_memory(device: DeviceLike = "cuda") -> dict[str, int]:
                          "torch.cuda.memory_allocated() is simply 0: use peak_allocated_bytes or psutil).")
     return {"allocated": torch.cuda.memory_allocated(dev), "reserved": torch.cuda.memory_reserved(dev),
             "max allocated": torch.cuda.max_memory_allocated(dev), "max reserved": torch.cuda.max_memory_reserved(dev)}
-
-
-class BackoffResult:
-    """What :func:`run_with_oom_backoff` did: the concatenated outputs, the batch size it ended with, and each
-    out-of-memory retry as ``(batch that failed, batch tried next)``."""
-
-    def __init__(self, outputs: torch.Tensor, batch: int, retries: list[tuple[int, int]]) -> None:
-        self.outputs, self.batch, self.retries = outputs, batch, retries
-
-    def __repr__(self) -> str:
-        shape = tuple(self.outputs.shape)
-        return f"<BackoffResult {shape} outputs, final batch {self.batch}, {len(self.retries)} retries>"
-
-
-def run_with_oom_backoff(fn: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor, batch: int,
-                         min_batch: int = 1, device: DeviceLike = None) -> BackoffResult:
-    """Run ``fn`` over ``inputs`` in chunks of ``batch``; when a chunk raises ``torch.OutOfMemoryError``, free
-    memory (garbage collection, the CUDA cache), halve the batch and retry that chunk, down to ``min_batch``.
-    Returns the outputs in order (concatenated on the first dimension) and what it had to do."""
-    if not callable(fn):
-        raise TypeError("run_with_oom_backoff() needs a function of one batch, e.g. model.")
-    for name, value in (("batch", batch), ("min_batch", min_batch)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} must be an integer ≥ 1.")
-    if min_batch > batch:
-        raise ValueError(f"min_batch={min_batch} is larger than batch={batch}.")
-    if len(inputs) == 0:
-        raise ValueError("run_with_oom_backoff() got no inputs: pass at least one item.")
-    outputs, retries, start = [], [], 0
-    while start < len(inputs):
-        chunk = inputs[start:start + batch]
-        try:
-            out = fn(chunk)
-            failed = False
-        except torch.OutOfMemoryError:
-            failed = True
-        if failed:  # outside the except block: its traceback holds the failed attempt's tensors
-            size = len(chunk)  # the chunk that failed (the last one can be shorter than batch)
-            if size <= min_batch:
-                raise RuntimeError(f"out of memory even at batch {size}: free memory, use a smaller model or "
-                                   "dtype, or lower min_batch.") from None
-            free_memory(device if device is not None else inputs.device)
-            retries.append((size, max(min_batch, size // 2)))
-            batch = max(min_batch, size // 2)
-            continue
-        outputs.append(out)
-        start += len(chunk)
-    return BackoffResult(torch.cat(outputs), batch, retries)
-
-
-def with_memory_cap(fn: Callable[..., Any], cap_bytes: int, device: DeviceLike = None) -> Callable[..., Any]:
-    """``fn`` with a simulated memory limit: each call is measured (:func:`peak_allocated_bytes`) and raises
-    ``torch.OutOfMemoryError`` if its peak went over ``cap_bytes``, as a full GPU would; otherwise returns
-    ``fn``'s result. For teaching and testing out-of-memory handling on a machine whose memory is not full."""
-    if not callable(fn):
-        raise TypeError("with_memory_cap() needs a function to wrap, e.g. model.")
-    if isinstance(cap_bytes, bool) or not isinstance(cap_bytes, int) or cap_bytes <= 0:
-        raise ValueError(f"cap_bytes={cap_bytes!r} must be a positive number of bytes.")
-
-    def capped(*args: Any, **kwargs: Any) -> Any:
-        kept: list[Any] = []
-        # the device the call works on: given, or that of its first tensor argument
-        where = device if device is not None else next(
-            (a.device for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)), None)
-        peak = peak_allocated_bytes(lambda: kept.append(fn(*args, **kwargs)), where)
-        if peak > cap_bytes:
-            kept.clear()
-            raise torch.OutOfMemoryError(f"simulated: the call needed {peak:,} bytes, over the cap of {cap_bytes:,}")
-        return kept[0]
-
-    return capped

@@ -5,11 +5,13 @@ the one used wherever accuracy matters)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
+from .checks import check_callable, check_int
 from .device import DeviceLike, choose_device
 from .paths import DATA_DIR
 
@@ -56,8 +58,8 @@ def train_classifier(model: nn.Module, images: torch.Tensor, labels: torch.Tenso
 
     ``shift_augment`` rolls each batch by up to one pixel so the model does not memorise positions.
     """
-    if epochs < 1 or batch_size < 1:
-        raise ValueError("epochs and batch_size must be at least 1.")
+    check_int("epochs", epochs, hint="pass how many passes over the training images, e.g. 20")
+    check_int("batch_size", batch_size, hint="pass how many images per optimiser step, e.g. 64")
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     device = next(model.parameters()).device
@@ -112,17 +114,33 @@ def torchvision_model(name: str = "resnet18", device: DeviceLike = None, **kwarg
     return model.eval().to(choose_device(device))
 
 
+def _correct(logits: torch.Tensor, labels: torch.Tensor) -> int:
+    """How many rows of ``logits`` have their largest value at the row's label (top-1 hits)."""
+    return int((logits.argmax(dim=1).cpu() == labels.cpu()).sum())
+
+
 @torch.inference_mode()
-def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int = 512) -> float:
-    """Top-1 accuracy of ``model`` on ``images``/``labels`` (evaluated in batches, on the model's device)."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size} must be at least 1.")
+def accuracy(model: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, labels: torch.Tensor,
+             batch_size: int = 512, *, logits: torch.Tensor | None = None) -> float:
+    """Top-1 accuracy of ``model`` on ``images``/``labels``: the share of images whose largest logit is at
+    their label. The course's one definition of accuracy.
+
+    ``model`` (a module, or any function from a batch to logits) runs over ``images`` in batches, on the
+    device of its parameters (a plain function: that of ``images``). When its logits on ``images`` are
+    already computed (``harness.evaluate`` needs them for the agreement too), pass them as ``logits``: they are
+    scored and nothing runs again."""
+    if logits is not None:
+        if logits.dim() != 2 or len(logits) != len(labels) or len(labels) == 0:
+            raise ValueError(f"logits of shape {tuple(logits.shape)} do not match {len(labels)} labels: pass one "
+                             "row of class scores per label.")
+        return _correct(logits, labels) / len(labels)
+    check_callable("model", model, hint="pass the model whose accuracy is measured, or its logits as logits=")
+    check_int("batch_size", batch_size, hint="pass how many images per forward pass, e.g. 512")
     if len(images) != len(labels) or len(images) == 0:
         raise ValueError("images and labels must be non-empty and of the same length.")
-    device = next(model.parameters()).device
+    weight = next(model.parameters(), None) if isinstance(model, nn.Module) else None
+    device = weight.device if weight is not None else images.device
     correct = 0
     for start in range(0, len(images), batch_size):
-        x = images[start:start + batch_size].to(device)
-        pred = model(x).argmax(dim=1).cpu()
-        correct += int((pred == labels[start:start + batch_size]).sum())
+        correct += _correct(model(images[start:start + batch_size].to(device)), labels[start:start + batch_size])
     return correct / len(images)

@@ -28,7 +28,9 @@ Each filter below matches one exact message, and each says why it is harmless. A
    (and ``profiler_stop``) from C++ straight to the process's stderr, on every start and stop; no log level
    or variable turns it off. :func:`profiler_markers_silenced` captures file descriptor 2 around the start
    and the stop only (never around the profiled code), drops those two lines and writes every other line
-   back, so a real profiler error still shows.
+   back, so a real profiler error still shows. The profiler itself is started elsewhere:
+   :func:`helpers.profiling.quiet_profile` and :func:`helpers.profiling.quiet_step` wrap its start, stop and
+   steps in this filter.
 9. Inductor's GEMM autotuner (``max-autotune``) in some torch versions calls the deprecated
    ``tensor.storage()`` itself, which warns *"TypedStorage is deprecated"*. It is torch's own internal call,
    attributed to ``torch._inductor``. (torch emits this warning once per process, so after it a learner's own
@@ -80,21 +82,6 @@ def profiler_markers_silenced() -> Iterator[None]:
                     if not (line.startswith(b"USDT:") and b"profiler_st" in line)]
             if kept:
                 os.write(2, b"".join(kept))
-
-
-@contextlib.contextmanager
-def quiet_profile(**kwargs: object) -> Iterator[object]:
-    """``torch.profiler.profile(**kwargs)``, started and stopped without its marker lines (see 8 above)."""
-    from torch.profiler import profile
-
-    prof = profile(**kwargs)
-    with profiler_markers_silenced():
-        prof.start()
-    try:
-        yield prof
-    finally:
-        with profiler_markers_silenced():
-            prof.stop()
 
 
 def quiet_onnxruntime() -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .checks import check_choice, check_int
 from .paths import outputs_dir
 
 LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
@@ -181,10 +182,9 @@ def session(path: str | os.PathLike[str], provider: str = "CPUExecutionProvider"
     optimised graph to ``optimized_path``. Fails, rather than falling back, if the provider does not load."""
     import onnxruntime as ort
 
-    if level not in LEVELS:
-        raise ValueError(f"level={level!r}: use one of {', '.join(LEVELS)}.")
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads={threads!r} must be a positive integer, or None for ORT's default.")
+    check_choice("level", level, LEVELS, hint="ONNX Runtime's graph optimisation, from none ('disabled') to all")
+    if threads is not None:
+        check_int("threads", threads, hint="pass the number of intra-op threads, or None for ORT's default")
     if provider not in ort.get_available_providers():
         raise ValueError(f"provider={provider!r} is not in this onnxruntime build; it has "
                          f"{', '.join(ort.get_available_providers())}.")
@@ -280,12 +280,10 @@ def quantize(path: str | os.PathLike[str], mode: str, calibration: Iterable[np.n
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    if mode not in ("static", "dynamic"):
-        raise ValueError(f"mode={mode!r}: use 'static' (calibrated QDQ) or 'dynamic'.")
+    check_choice("mode", mode, ("static", "dynamic"), hint="'static' is calibrated QDQ, 'dynamic' needs no calibration")
     if mode == "static" and not calibration:
         raise ValueError("static quantization needs calibration batches of real inputs (a list of arrays).")
-    if activations not in ("uint8", "int8"):
-        raise ValueError(f"activations={activations!r}: use 'uint8' (U8S8, fastest on x86) or 'int8' (S8S8).")
+    check_choice("activations", activations, ("uint8", "int8"), hint="'uint8' is U8S8, fastest on x86; 'int8' is S8S8")
     src = Path(path)
     stem = name or src.stem
     pre = src.with_name(f"{stem}.pre.onnx")

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from .checks import check_int
 from .device import DeviceLike, choose_device
 
 _END = object()
@@ -40,8 +41,7 @@ class ThreadPrefetcher:
     garbage collection of the generator)."""
 
     def __init__(self, iterable: Iterable[Any], depth: int = 2) -> None:
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-            raise ValueError(f"depth={depth!r} must be an integer ≥ 1 (how many items to load ahead).")
+        check_int("depth", depth, hint="pass how many items to load ahead, e.g. 2")
         self.iterable = iterable
         self.depth = depth
 

@@ -1,5 +1,6 @@
-"""Profiler traces as data: record a few steps quietly, load the Chrome trace into pandas, and ask it questions
-(the top ops, the syncs in a loop, the device's idle gaps, the dtypes an op received).
+"""Profiler traces as data: start the profiler quietly (:func:`quiet_profile`, :func:`quiet_step`), record a few
+steps, load the Chrome trace into pandas, and ask it questions (the top ops, the syncs in a loop, the device's
+idle gaps, the dtypes an op received).
 
 The Chrome-trace format (what ``prof.export_chrome_trace`` and ``tensorboard_trace_handler`` write) is a JSON
 object with a ``traceEvents`` list; complete events have a name, a category (``cpu_op``, ``user_annotation``
@@ -10,14 +11,16 @@ CUDA calls), a start ``ts`` and a duration ``dur`` in microseconds, and ``args``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .checks import check_callable, check_int
 from .device import DeviceLike, choose_device, sync
-from .noise import profiler_markers_silenced, quiet_profile
+from .noise import profiler_markers_silenced
 from .paths import outputs_dir
 
 #: the op every read-back of a value to Python goes through (.item(), bool(t), int(t)), once per read-back
@@ -35,6 +38,30 @@ def traces_dir() -> Path:
     return path
 
 
+@contextlib.contextmanager
+def quiet_profile(**kwargs: object) -> Iterator[object]:
+    """``torch.profiler.profile(**kwargs)``, started and stopped without the marker lines the profiler prints
+    on both (see ``helpers.noise``, item 8): the course's one way of starting the profiler.
+
+    ``with quiet_profile(activities=[ProfilerActivity.CPU]) as prof: ...`` as ``with profile(...) as prof``."""
+    from torch.profiler import profile
+
+    prof = profile(**kwargs)
+    with profiler_markers_silenced():
+        prof.start()
+    try:
+        yield prof
+    finally:
+        with profiler_markers_silenced():
+            prof.stop()
+
+
+def quiet_step(prof: Any) -> None:
+    """``prof.step()`` without the marker lines the profiler prints when a schedule starts or stops it."""
+    with profiler_markers_silenced():
+        prof.step()
+
+
 def record_trace(fn: Callable[[], Any], name: str, steps: int = 3, warmup: int = 1, device: DeviceLike = None,
                  record_shapes: bool = True, profile_memory: bool = False,
                  with_stack: bool = False) -> tuple[Any, Path]:
@@ -42,10 +69,9 @@ def record_trace(fn: Callable[[], Any], name: str, steps: int = 3, warmup: int =
     Chrome trace to ``<outputs>/traces/<name>.json`` and return ``(profiler, path)``."""
     from torch.profiler import ProfilerActivity, schedule
 
-    if not callable(fn):
-        raise TypeError("record_trace() needs a function of no arguments, e.g. lambda: loop(images).")
-    if steps < 1 or warmup < 0:
-        raise ValueError(f"steps={steps} must be ≥ 1 and warmup={warmup} ≥ 0.")
+    check_callable("fn", fn, hint="record_trace() needs a function of no arguments, e.g. lambda: loop(images)")
+    check_int("steps", steps, hint="pass how many calls to record, e.g. 3")
+    check_int("warmup", warmup, minimum=0, hint="pass how many calls run before recording, e.g. 1")
     dev = choose_device(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     path = traces_dir() / f"{name}.json"
@@ -57,12 +83,6 @@ def record_trace(fn: Callable[[], Any], name: str, steps: int = 3, warmup: int =
             quiet_step(prof)
     prof.export_chrome_trace(str(path))
     return prof, path
-
-
-def quiet_step(prof: Any) -> None:
-    """``prof.step()`` without the marker lines the profiler prints when a schedule starts or stops it."""
-    with profiler_markers_silenced():
-        prof.step()
 
 
 def contiguous_strides(shape: list[int]) -> list[int]:

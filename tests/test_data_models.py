@@ -51,6 +51,15 @@ def test_trained_classifier_reaches_its_recorded_accuracy():
     assert models.accuracy(untrained, x, y) < 0.5  # the checkpoint really is what makes it accurate
 
 
+def test_accuracy_scores_logits_already_computed():
+    labels = torch.tensor([1, 0, 2, 2])
+    logits = torch.tensor([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 3.0], [5.0, 0.0, 3.0]])
+    assert models.accuracy(None, None, labels, logits=logits) == 0.5
+    assert models.accuracy(lambda rows: logits[rows], torch.arange(4), labels, batch_size=3) == 0.5  # any function
+    with pytest.raises(ValueError, match="labels"):
+        models.accuracy(None, None, labels, logits=logits[:3])
+
+
 def test_torchvision_model_builds_without_download():
     model = models.torchvision_model("resnet18", "cpu")
     with torch.inference_mode():

@@ -1,0 +1,57 @@
+"""The one argument checker: bad input to a helper gets one line saying what to pass.
+
+Every public helper checks its arguments with these instead of hand-writing ``isinstance`` chains, so the
+messages have one shape: ``name=value is not allowed: <what it must be>; <what to do>``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterable
+from typing import Any
+
+
+def _fail(name: str, value: Any, must: str, hint: str = "") -> ValueError:
+    return ValueError(f"{name}={value!r} is not allowed: {name} must be {must}" + (f"; {hint}" if hint else "."))
+
+
+def check_int(name: str, value: Any, minimum: int | None = 1, maximum: int | None = None, hint: str = "") -> int:
+    """``value`` must be an integer (not a bool) in ``[minimum, maximum]``; returns it. NumPy integers count
+    (``list(df.index)`` of a pandas table gives ``numpy.int64``s, not ints)."""
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    ok = ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+    if not ok:
+        bounds = (f"between {minimum} and {maximum}" if minimum is not None and maximum is not None
+                  else f"≥ {minimum}" if minimum is not None else f"≤ {maximum}" if maximum is not None else "")
+        raise _fail(name, value, f"an integer {bounds}".strip(), hint)
+    return value
+
+
+def check_number(name: str, value: Any, *, positive: bool = False, minimum: float | None = None,
+                 allow_none: bool = False, hint: str = "") -> float | None:
+    """``value`` must be a finite real number (``> 0`` if ``positive``, ``≥ minimum`` if given), or None when
+    ``allow_none``; returns it as a float."""
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (not positive or value > 0) and (minimum is None or value >= minimum)
+    if not ok:
+        must = "a positive number" if positive else f"a number ≥ {minimum}" if minimum is not None else "a number"
+        raise _fail(name, value, must + (", or None" if allow_none else ""), hint)
+    return float(value)
+
+
+def check_callable(name: str, value: Any, hint: str = "") -> Callable[..., Any]:
+    """``value`` must be callable (a function, a module, a bound method)."""
+    if not callable(value):
+        raise TypeError(f"{name} must be a callable, got {type(value).__name__}" + (f"; {hint}" if hint else "."))
+    return value
+
+
+def check_choice(name: str, value: Any, choices: Iterable[Any], hint: str = "") -> Any:
+    """``value`` must be one of ``choices``."""
+    options = list(choices)
+    if value not in options:
+        raise _fail(name, value, "one of " + ", ".join(repr(c) for c in options), hint)
+    return value

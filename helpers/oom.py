@@ -1,0 +1,197 @@
+"""Running out of memory without crashing: the one place where ``torch.OutOfMemoryError`` is caught.
+
+Every helper here follows one rule, written once in :func:`_attempt`: **catch** the out-of-memory error (and
+nothing else: any other exception is a real bug and propagates), **free** memory *after* the ``except``
+block (inside it, the exception's traceback still holds the failed attempt's tensors, so nothing could be
+freed), then **try a smaller batch** (half the one that failed, or half-way between the largest batch that
+fitted and the smallest that did not).
+
+* :func:`free_memory`: garbage collection, then (on CUDA) the caching allocator's unused blocks back to the
+  driver.
+* :func:`largest_fitting_batch`: the largest batch a function can run (doubling, then bisection); notebook 03.
+* :func:`run_with_oom_backoff`: run a whole input in chunks, halving the chunk on each OOM; notebook 07.
+* :func:`with_memory_cap`: a simulated memory limit, so that the two above can be shown and tested on a
+  machine whose memory is not full (a CPU would swap or be killed long before PyTorch raised).
+
+``batching.largest_fitting_batch`` / ``batching.memory_capped`` and ``memory.run_with_oom_backoff`` /
+``memory.with_memory_cap`` / ``memory.free_memory`` are these functions, re-exported.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .checks import check_callable, check_choice, check_int, check_number
+from .device import DeviceLike, choose_device
+
+#: where a capped call's peak comes from: measured around the call, or the number the call returns
+PEAK_SOURCES = ("measured", "returned")
+
+
+def free_memory(device: DeviceLike = None) -> None:
+    """Collect garbage, then (on CUDA) return the caching allocator's unused blocks to the driver."""
+    gc.collect()
+    if choose_device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+_FAILED = object()
+
+
+def _attempt(fn: Callable[..., Any], *args: Any, device: DeviceLike = None) -> tuple[bool, Any]:
+    """``(True, fn(*args))``, or ``(False, None)`` when the call ran out of memory; then memory was freed,
+    outside the except block (its traceback holds the failed attempt's tensors until the block ends)."""
+    try:
+        result = fn(*args)
+    except torch.OutOfMemoryError:
+        result = _FAILED
+    if result is _FAILED:
+        free_memory(device)
+        return False, None
+    return True, result
+
+
+@dataclass
+class FitSearch:
+    """Result of :func:`largest_fitting_batch`: the answer and every attempt, in order."""
+
+    largest: int
+    attempts: list[tuple[int, bool]]
+    hit_limit: bool
+
+
+def largest_fitting_batch(try_batch: Callable[[int], Any], start: int = 1, limit: int = 2**14,
+                          device: DeviceLike = None) -> FitSearch:
+    """Find the largest batch for which ``try_batch(b)`` does not raise ``torch.OutOfMemoryError``.
+
+    Doubles from ``start`` until a batch fails (or ``limit`` is reached), then bisects between the last
+    batch that fitted and the first that did not. After each OOM it frees what it can (garbage collection and
+    the CUDA cache of ``device``, by default the course's device) so the next attempt starts clean. Any other
+    exception propagates.
+    """
+    check_callable("try_batch", try_batch, hint="largest_fitting_batch() needs a function that runs one batch: "
+                   "try_batch(b)")
+    check_int("start", start, hint="pass the first batch to try, e.g. 1")
+    check_int("limit", limit, minimum=start, hint=f"pass the largest batch to try, at least start={start}")
+    attempts: list[tuple[int, bool]] = []
+
+    def fits(b: int) -> bool:
+        ok, _ = _attempt(try_batch, b, device=device)
+        attempts.append((b, ok))
+        return ok
+
+    if not fits(start):
+        raise RuntimeError(f"batch {start} does not fit in memory: reduce the model, the input size or the dtype.")
+    good, bad = start, None
+    while bad is None:
+        nxt = min(good * 2, limit)
+        if nxt == good:
+            return FitSearch(good, attempts, hit_limit=True)
+        if fits(nxt):
+            good = nxt
+        else:
+            bad = nxt
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if fits(mid):
+            good = mid
+        else:
+            bad = mid
+    return FitSearch(good, attempts, hit_limit=False)
+
+
+class BackoffResult:
+    """What :func:`run_with_oom_backoff` did: the concatenated outputs, the batch size it ended with, and each
+    out-of-memory retry as ``(batch that failed, batch tried next)``."""
+
+    def __init__(self, outputs: torch.Tensor, batch: int, retries: list[tuple[int, int]]) -> None:
+        self.outputs, self.batch, self.retries = outputs, batch, retries
+
+    def __repr__(self) -> str:
+        shape = tuple(self.outputs.shape)
+        return f"<BackoffResult {shape} outputs, final batch {self.batch}, {len(self.retries)} retries>"
+
+
+def run_with_oom_backoff(fn: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor, batch: int,
+                         min_batch: int = 1, device: DeviceLike = None) -> BackoffResult:
+    """Run ``fn`` over ``inputs`` in chunks of ``batch``; when a chunk raises ``torch.OutOfMemoryError``, free
+    memory (garbage collection, the CUDA cache of ``device``, by default that of ``inputs``), halve the batch
+    and retry that chunk, down to ``min_batch``. Returns the outputs in order (concatenated on the first
+    dimension) and what it had to do."""
+    check_callable("fn", fn, hint="run_with_oom_backoff() needs a function of one batch, e.g. model")
+    check_int("batch", batch, hint="pass the chunk size to try first, e.g. 64")
+    check_int("min_batch", min_batch, maximum=batch,
+              hint=f"pass the smallest chunk to fall back to, at most batch={batch}")
+    if len(inputs) == 0:
+        raise ValueError("run_with_oom_backoff() got no inputs: pass at least one item.")
+    device = device if device is not None else inputs.device
+    outputs, retries, start = [], [], 0
+    while start < len(inputs):
+        chunk = inputs[start:start + batch]
+        ok, out = _attempt(fn, chunk, device=device)
+        if not ok:
+            size = len(chunk)  # the chunk that failed (the last one can be shorter than batch)
+            if size <= min_batch:
+                raise RuntimeError(f"out of memory even at batch {size}: free memory, use a smaller model or "
+                                   "dtype, or lower min_batch.")
+            batch = max(min_batch, size // 2)
+            retries.append((size, batch))
+            continue
+        outputs.append(out)
+        start += len(chunk)
+    return BackoffResult(torch.cat(outputs), batch, retries)
+
+
+def with_memory_cap(fn: Callable[..., Any], cap_bytes: float, device: DeviceLike = None, *,
+                    peak: str = "measured") -> Callable[..., Any]:
+    """``fn`` with a simulated memory limit: a call whose peak memory goes over ``cap_bytes`` raises
+    ``torch.OutOfMemoryError``, as a full GPU would. For teaching and testing out-of-memory handling on a
+    machine whose memory is not full.
+
+    ``peak`` says where a call's peak comes from:
+
+    * ``"measured"`` (notebook 07): each call is measured with :func:`helpers.memory.peak_allocated_bytes` on
+      ``device`` (given, or that of the call's first tensor argument); the wrapper returns ``fn``'s result, and
+      over the cap drops it before raising, so the refused call holds no memory.
+    * ``"returned"`` (notebook 03, :func:`memory_capped`): ``fn`` measures itself and returns its peak in bytes
+      (e.g. ``run(b)`` running batch ``b``); the wrapper returns that number.
+    """
+    check_callable("fn", fn, hint="with_memory_cap() needs a function to wrap, e.g. model")
+    check_number("cap_bytes", cap_bytes, positive=True, hint="pass the simulated limit in bytes, e.g. 512 * 2**20")
+    check_choice("peak", peak, PEAK_SOURCES, hint="'measured' measures each call, 'returned' trusts fn's return value")
+
+    def refuse(used: float) -> torch.OutOfMemoryError:
+        return torch.OutOfMemoryError(f"simulated: the call needed {used:,.0f} bytes, over the cap of "
+                                      f"{cap_bytes:,.0f}")
+
+    def capped(*args: Any, **kwargs: Any) -> Any:
+        if peak == "returned":
+            used = fn(*args, **kwargs)
+            check_number("fn's result", used, minimum=0, hint="with peak='returned', fn returns its peak in bytes")
+            if used > cap_bytes:
+                raise refuse(used)
+            return used
+        from .memory import peak_allocated_bytes  # memory re-exports this module: imported when first used
+
+        kept: list[Any] = []
+        where = device if device is not None else next(
+            (a.device for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)), None)
+        used = peak_allocated_bytes(lambda: kept.append(fn(*args, **kwargs)), where)
+        if used > cap_bytes:
+            kept.clear()
+            raise refuse(used)
+        return kept[0]
+
+    return capped
+
+
+def memory_capped(run: Callable[[int], int], cap_bytes: float) -> Callable[[int], int]:
+    """``with_memory_cap(run, cap_bytes, peak="returned")``: wrap ``run(b) -> peak bytes`` so that a peak above
+    ``cap_bytes`` raises ``torch.OutOfMemoryError``, as a full GPU would; lets the OOM-safe search run for real
+    on a machine whose memory is not the limit (notebook 03)."""
+    return with_memory_cap(run, cap_bytes, peak="returned")

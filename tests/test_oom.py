@@ -1,0 +1,93 @@
+"""helpers.oom: the one out-of-memory module behind batching's search and memory's back-off."""
+
+import weakref
+
+import pytest
+import torch
+from conftest import one_line
+
+from helpers import batching, memory, oom
+
+
+def test_old_names_are_the_one_implementation():
+    assert batching.largest_fitting_batch is oom.largest_fitting_batch
+    assert batching.FitSearch is oom.FitSearch and batching.memory_capped is oom.memory_capped
+    assert memory.run_with_oom_backoff is oom.run_with_oom_backoff
+    assert memory.free_memory is oom.free_memory and memory.with_memory_cap is oom.with_memory_cap
+    assert memory.BackoffResult is oom.BackoffResult
+
+
+def test_search_and_backoff_free_through_the_one_rule(monkeypatch):
+    freed = []
+    monkeypatch.setattr(oom, "free_memory", lambda device=None: freed.append(device))
+
+    def fits_up_to_5(chunk_or_batch):
+        n = chunk_or_batch if isinstance(chunk_or_batch, int) else len(chunk_or_batch)
+        if n > 5:
+            raise torch.OutOfMemoryError("simulated")
+        return chunk_or_batch
+
+    search = oom.largest_fitting_batch(fits_up_to_5, limit=64)
+    assert search.largest == 5 and len(freed) == sum(not ok for _, ok in search.attempts)
+    freed.clear()
+    result = oom.run_with_oom_backoff(fits_up_to_5, torch.arange(12.0), batch=8)
+    assert torch.equal(result.outputs, torch.arange(12.0)) and result.retries == [(8, 4)]
+    assert freed == [torch.device("cpu")]  # freed once, on the inputs' device
+
+
+def test_the_failed_attempt_is_released_before_memory_is_freed(monkeypatch):
+    refs = []
+    released = []
+    monkeypatch.setattr(oom, "free_memory", lambda device=None: released.append(refs[-1]() is None))
+
+    def big_then_oom(b):
+        scratch = torch.ones(1000)
+        refs.append(weakref.ref(scratch))
+        if b > 2:
+            raise torch.OutOfMemoryError("simulated")
+
+    assert oom.largest_fitting_batch(big_then_oom, limit=4).largest == 2  # 4 and then 3 ran out of memory
+    assert released == [True, True]
+
+
+def test_a_measured_cap_refuses_a_call_over_it_and_frees_its_result():
+    capped = oom.with_memory_cap(lambda x: x * 2, cap_bytes=4 * 10 * 4)  # room for 40 float32 outputs
+    x = torch.arange(100.0)
+    assert torch.equal(capped(x[:40]), x[:40] * 2)
+    kept = []
+
+    def remember(v):
+        out = v * 2
+        kept.append(weakref.ref(out))
+        return out
+
+    refusing = oom.with_memory_cap(remember, cap_bytes=4 * 10 * 4)
+    with pytest.raises(torch.OutOfMemoryError, match="simulated") as info:
+        refusing(x[:41])
+    assert one_line(info.value) and "over the cap of 160" in str(info.value)
+    del info
+    assert kept[-1]() is None  # the refused call's output is not held anywhere
+
+
+def test_a_returned_peak_cap_drives_the_search():
+    capped = oom.with_memory_cap(lambda b: 1000 * b, 50_000, peak="returned")
+    assert capped(50) == 50_000
+    with pytest.raises(torch.OutOfMemoryError):
+        capped(51)
+    assert oom.largest_fitting_batch(capped).largest == 50
+    assert oom.largest_fitting_batch(oom.memory_capped(lambda b: 1000 * b, 50_000)).largest == 50
+
+
+@pytest.mark.parametrize(("call", "error", "match"), [
+    (lambda: oom.with_memory_cap(lambda x: x, 0), ValueError, "cap_bytes"),
+    (lambda: oom.with_memory_cap(lambda x: x, True), ValueError, "cap_bytes"),
+    (lambda: oom.with_memory_cap(lambda x: x, 10, peak="guessed"), ValueError, "peak"),
+    (lambda: oom.with_memory_cap(None, 10), TypeError, "with_memory_cap"),
+    (lambda: oom.largest_fitting_batch(lambda b: None, start=0), ValueError, "start"),
+    (lambda: oom.largest_fitting_batch(lambda b: None, start=8, limit=4), ValueError, "limit"),
+    (lambda: oom.run_with_oom_backoff(lambda c: c, torch.ones(4), batch=True), ValueError, "batch"),
+])
+def test_bad_arguments_get_one_line(call, error, match):
+    with pytest.raises(error, match=match) as info:
+        call()
+    assert one_line(info.value)
