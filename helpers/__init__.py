@@ -1,14 +1,18 @@
 """Shared helpers for the GPU inference optimization course.
 
-One concept per module: ``device`` (choose, sync, report), ``timing`` (Measurement, benchmark),
-``roofline`` (this machine's limits), ``doctor`` (which regime a model is in), ``fusion`` (kernels, bytes
-and generated code, eager vs compiled), ``onnxrt`` (ONNX export, ONNX Runtime sessions, int8),
-``pipeline`` (prefetchers: a loader thread, a CUDA side stream), ``profiling`` (traces as data),
-``harness`` (compare variants: speed, size, memory, accuracy), ``memory`` (peak memory, OOM back-off),
-``batching`` (knee, latency target, largest batch, serving simulation), ``llm`` (a small GPT decoder, KV
-caches, greedy generation), ``results`` (record and load),
-``plotting`` (one style), ``data`` and ``models`` (the shipped data and the course models), ``modes``
-(quick/full), ``noise`` (the known-harmless warnings, handled in one place; installed on import).
+One concept per module: ``device`` (choose, sync, report, CPU features, a busy machine), ``timing``
+(Measurement, the time-budgeted benchmark, interleaved A/B timing, probing a slow case), ``verdict`` (the one
+judge of every comparison: faster, slower, within noise, too few samples), ``roofline`` (this machine's
+limits, measured once and stored), ``opcount`` (the ops, FLOPs and bytes of one eager call),
+``doctor`` (which regime a model is in), ``fusion`` (kernels, bytes and generated code, eager vs compiled),
+``onnxrt`` (ONNX export, ONNX Runtime sessions, int8), ``pipeline`` (prefetchers: a loader thread, a CUDA
+side stream), ``profiling`` (start the profiler, traces as data), ``harness`` (compare variants: speed,
+size, memory, accuracy), ``memory`` (peak memory), ``oom`` (surviving out-of-memory: free, largest
+fitting batch, back-off, a simulated cap), ``batching`` (knee, latency target, serving simulation),
+``llm`` (a small GPT decoder, KV caches, greedy generation), ``results`` (record and load),
+``plotting`` (one style), ``data`` and ``models`` (the shipped data, the course models, accuracy),
+``modes`` (quick/full), ``checks`` (argument checks, one message shape), ``noise`` (the known-harmless
+warnings, handled in one place; installed on import).
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ _os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_outputs_dir() / "inductor
 from .device import choose_device, environment_report, machine_id, sync  # noqa: E402
 from .modes import course_mode, pick  # noqa: E402
 from .results import Recorder, load_reference, load_results, record  # noqa: E402
-from .timing import Measurement, benchmark, compare, format_seconds, timed_call  # noqa: E402
+from .timing import Measurement, benchmark, compare, format_seconds, interleaved, timed_call  # noqa: E402
+from .verdict import Verdict, verdict  # noqa: E402
 
 __all__ = [
-    "Measurement", "Recorder", "benchmark", "choose_device", "compare", "course_mode", "environment_report",
-    "format_seconds", "load_reference", "load_results", "machine_id", "pick", "record", "sync", "timed_call",
+    "Measurement", "Recorder", "Verdict", "benchmark", "choose_device", "compare", "course_mode",
+    "environment_report", "format_seconds", "interleaved", "load_reference", "load_results", "machine_id", "pick",
+    "record", "sync", "timed_call", "verdict",
 ]

@@ -1,9 +1,9 @@
 """Choosing a batch size: the knee of the throughput curve, the batch that meets a latency target, the
-largest batch that fits in memory (OOM-safe), and a small simulation of a batching server."""
+largest batch that fits in memory (OOM-safe: :func:`helpers.oom.largest_fitting_batch`, re-exported here with
+``memory_capped``), and a small simulation of a batching server."""
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -11,6 +11,11 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from .checks import check_callable, check_int, check_number
+
+# the OOM-safe search and the simulated cap live with the rest of the out-of-memory handling; importable from here
+from .oom import FitSearch, largest_fitting_batch, memory_capped  # noqa: F401 - re-exported
 
 
 def _check_curve(batches: Sequence[int], values: Sequence[float], name: str) -> None:
@@ -28,7 +33,7 @@ def sweep(
     device: Any = None,
     repeats: int = 20,
     number: int | None = None,
-    max_time: float | None = None,
+    budget: float | None | str = "default",
     measure_memory: bool = False,
     label: str = "",
     progress: bool = False,
@@ -38,16 +43,19 @@ def sweep(
     Returns a DataFrame indexed by batch (p50 and p99 latency per batch, samples, throughput, time per item,
     and with ``measure_memory`` the peak bytes one call adds) and the ``Measurement`` of each batch.
     ``number=1`` makes every sample a single call, so p99 is a percentile of single-call latencies.
+    ``budget`` bounds each batch's measurement (seconds; the default is ``timing.default_budget()``).
     """
     import pandas as pd
 
     from .memory import peak_allocated_bytes
     from .timing import benchmark
 
-    if not callable(model) or not callable(make_input):
-        raise TypeError("sweep() needs a model and a make_input(batch) function.")
-    if not batches or any(b < 1 for b in batches):
-        raise ValueError(f"batches={list(batches)!r} must be a non-empty list of sizes ≥ 1.")
+    check_callable("model", model, hint="sweep() needs a model and a make_input(batch) function")
+    check_callable("make_input", make_input, hint="sweep() needs a model and a make_input(batch) function")
+    if not batches:
+        raise ValueError(f"batches={batches!r} is empty: pass a list of batch sizes ≥ 1, e.g. [1, 8, 64].")
+    for b in batches:
+        check_int("batch", b, hint="pass batches as a list of integers ≥ 1, e.g. [1, 8, 64]")
     iterator: Any = batches
     if progress:
         from tqdm.auto import tqdm
@@ -58,7 +66,7 @@ def sweep(
         x = make_input(b)
         with torch.inference_mode():
             m = benchmark(model, x, label=f"{label} batch {b}".strip(), device=device, repeats=repeats,
-                          number=number, items=b, max_time=max_time)
+                          number=number, items=b, budget=budget)
             peak = peak_allocated_bytes(lambda: model(x), device) if measure_memory else None  # noqa: B023
         measurements.append(m)
         row = {"batch": b, "p50": m.median, "p99": m.p99, "samples": m.n, "throughput": m.throughput,
@@ -86,8 +94,7 @@ def choose_batch(batches: Sequence[int], latencies: Sequence[float], target: flo
     """The batch with the highest throughput among those whose latency (e.g. p99, seconds) meets ``target``;
     without throughputs, the largest such batch. None when no batch meets the target."""
     _check_curve(batches, latencies, "latency")
-    if not target > 0:
-        raise ValueError(f"target={target} must be a positive latency in seconds.")
+    check_number("target", target, positive=True, hint="pass the latency target in seconds, e.g. 0.005")
     ok = [i for i, lat in enumerate(latencies) if lat <= target]
     if not ok:
         return None
@@ -95,81 +102,6 @@ def choose_batch(batches: Sequence[int], latencies: Sequence[float], target: flo
         return batches[ok[-1]]
     _check_curve(batches, throughputs, "throughput")
     return batches[max(ok, key=lambda i: throughputs[i])]
-
-
-@dataclass
-class FitSearch:
-    """Result of :func:`largest_fitting_batch`: the answer and every attempt, in order."""
-
-    largest: int
-    attempts: list[tuple[int, bool]]
-    hit_limit: bool
-
-
-def _free_after_oom() -> None:
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def largest_fitting_batch(try_batch: Callable[[int], Any], start: int = 1, limit: int = 2**14) -> FitSearch:
-    """Find the largest batch for which ``try_batch(b)`` does not raise ``torch.OutOfMemoryError``.
-
-    Doubles from ``start`` until a batch fails (or ``limit`` is reached), then bisects between the last
-    batch that fitted and the first that did not. After each OOM it frees what it can (garbage collection and
-    the CUDA cache) so the next attempt starts clean. Any other exception propagates.
-    """
-    if not callable(try_batch):
-        raise TypeError("largest_fitting_batch() needs a function that runs one batch: try_batch(b).")
-    if start < 1 or limit < start:
-        raise ValueError(f"need 1 ≤ start ≤ limit, got start={start}, limit={limit}.")
-    attempts: list[tuple[int, bool]] = []
-
-    def fits(b: int) -> bool:
-        try:
-            try_batch(b)
-            ok = True
-        except torch.OutOfMemoryError:
-            ok = False
-        # Free only after the except block: inside it, the traceback still holds the failed attempt's tensors.
-        if not ok:
-            _free_after_oom()
-        attempts.append((b, ok))
-        return ok
-
-    if not fits(start):
-        raise RuntimeError(f"batch {start} does not fit in memory: reduce the model, the input size or the dtype.")
-    good, bad = start, None
-    while bad is None:
-        nxt = min(good * 2, limit)
-        if nxt == good:
-            return FitSearch(good, attempts, hit_limit=True)
-        if fits(nxt):
-            good = nxt
-        else:
-            bad = nxt
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if fits(mid):
-            good = mid
-        else:
-            bad = mid
-    return FitSearch(good, attempts, hit_limit=False)
-
-
-def memory_capped(run: Callable[[int], int], cap_bytes: int) -> Callable[[int], int]:
-    """Wrap ``run(b) -> peak bytes`` so that a peak above ``cap_bytes`` raises ``torch.OutOfMemoryError``,
-    as a full GPU would: lets the OOM-safe search run for real on a machine whose memory is not the limit."""
-    if cap_bytes <= 0:
-        raise ValueError("cap_bytes must be positive.")
-
-    def capped(b: int) -> int:
-        peak = run(b)
-        if peak > cap_bytes:
-            raise torch.OutOfMemoryError(f"batch {b} needs {peak} bytes, over the cap of {cap_bytes}")
-        return peak
-
-    return capped
 
 
 def latency_model(batches: Sequence[int], seconds: Sequence[float]) -> Callable[[int], float]:
@@ -216,8 +148,10 @@ def simulate_server(rate: float, max_batch: int, timeout: float, service: Callab
     request waits, it starts a batch once ``max_batch`` requests are queued or the oldest has waited
     ``timeout`` seconds, and the batch takes ``service(size)`` seconds. Returns each request's latency
     (queueing + service)."""
-    if rate <= 0 or max_batch < 1 or timeout < 0 or n_requests < 1:
-        raise ValueError("need rate > 0, max_batch ≥ 1, timeout ≥ 0 and n_requests ≥ 1.")
+    check_number("rate", rate, positive=True, hint="pass the arrival rate in requests per second, e.g. 100")
+    check_int("max_batch", max_batch, hint="pass the largest batch the server forms, e.g. 32")
+    check_number("timeout", timeout, minimum=0, hint="pass how long (seconds) the oldest request may wait, e.g. 0.002")
+    check_int("n_requests", n_requests, hint="pass how many requests to simulate, e.g. 5000")
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1 / rate, n_requests))
     latencies = np.empty(n_requests)

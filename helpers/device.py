@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import platform
 import re
+import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -117,6 +120,187 @@ def cache_line_bytes() -> int:
         return 64
 
 
+@lru_cache(maxsize=1)
+def _cpuinfo_flags() -> frozenset[str] | None:
+    """The CPU's feature flags from /proc/cpuinfo (Linux), or None where there is no such file."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith(("flags", "features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def _sysctl(name: str) -> bool | None:
+    """A boolean ``sysctl`` feature on macOS (``hw.optional.arm.FEAT_FP16``), or None where it is unknown."""
+    if platform.system() != "Darwin":
+        return None
+    try:
+        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=2).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out == "1" if out in ("0", "1") else None
+
+
+def _torch_cpu_flag(name: str) -> bool | None:
+    probe = getattr(torch.cpu, name, None)
+    try:
+        return bool(probe()) if probe is not None else None
+    except Exception:  # a torch build without that probe on this platform
+        return None
+
+
+@lru_cache(maxsize=1)
+def cpu_features() -> dict[str, Any]:
+    """What this CPU accelerates, as far as torch and the OS can tell (None: unknown on this platform).
+
+    ``capability`` is the vector ISA torch's CPU kernels were dispatched to (``AVX2``, ``AVX512``,
+    ``DEFAULT`` on ARM). The rest decide whether a dtype's matmul runs on hardware units or in software:
+    AVX512-BF16 and AMX for bf16, AVX512-FP16 and AMX-FP16 for fp16 (torch does not report AVX512-FP16:
+    it is read from /proc/cpuinfo), VNNI (AVX512-VNNI or AVX-VNNI) and AMX for int8; on Apple silicon the
+    ``FEAT_FP16``/``FEAT_BF16`` sysctls.
+    """
+    flags = _cpuinfo_flags()
+    has = (lambda *names: any(n in flags for n in names)) if flags is not None else (lambda *names: None)
+    vnni = _torch_cpu_flag("_is_vnni_supported")
+    arm = platform.machine().lower() in ("arm64", "aarch64")
+    return {
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "avx512_bf16": _torch_cpu_flag("_is_avx512_bf16_supported"),
+        "avx512_fp16": has("avx512_fp16"),
+        "vnni": vnni if vnni else (has("avx512_vnni", "avx_vnni") if flags is not None else vnni),
+        "amx_tile": _torch_cpu_flag("_is_amx_tile_supported"),
+        "amx_fp16": _torch_cpu_flag("_is_amx_fp16_supported"),
+        "arm_fp16": (None if not arm else _sysctl("hw.optional.arm.FEAT_FP16") if platform.system() == "Darwin"
+                     else has("fphp", "asimdhp")),
+        "arm_bf16": (None if not arm else _sysctl("hw.optional.arm.FEAT_BF16") if platform.system() == "Darwin"
+                     else has("bf16")),
+    }
+
+
+def cpu_dtype_support(features: dict[str, Any] | None = None) -> dict[str, tuple[bool | None, str]]:
+    """For bf16, fp16 and int8 matmuls on this CPU: ``(expected fast?, why)``, decided from :func:`cpu_features`
+    before anything is timed. ``None``: this platform does not say; the measurement decides."""
+    f = cpu_features() if features is None else features
+
+    def decide(units: list[tuple[str, str]], missing: str) -> tuple[bool | None, str]:
+        found = [label for key, label in units if f.get(key)]
+        if found:
+            return True, "hardware units: " + ", ".join(found)
+        if all(f.get(key) is None for key, _ in units):
+            return None, "this platform does not report the features that decide it"
+        return False, missing
+
+    return {
+        "bf16": decide([("amx_tile", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("arm_bf16", "ARM BF16")],
+                       "no AMX, AVX512-BF16 or ARM BF16: bf16 is converted to fp32 in software"),
+        "fp16": decide([("amx_fp16", "AMX-FP16"), ("avx512_fp16", "AVX512-FP16"), ("arm_fp16", "ARM FP16")],
+                       "no AMX-FP16, AVX512-FP16 or ARM FP16: fp16 math is emulated, often far slower than fp32"),
+        "int8": decide([("amx_tile", "AMX"), ("vnni", "VNNI")],
+                       "no VNNI or AMX: int8 dot products take several instructions each"),
+    }
+
+
+#: Another process using more than this share of the CPUs we run on, or the hypervisor stealing more than
+#: this share of their time, makes a CPU timing untrustworthy (samples wait for a time slice).
+BUSY_OTHERS_SHARE = 0.25
+BUSY_STEAL_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class Load:
+    """How busy the CPUs this process may run on were during a window of ``seconds``.
+
+    ``others_cpus``: CPUs' worth of time used by *other* processes (all CPU time on our CPUs minus this
+    process's own); ``steal``: the share of our CPUs' time the hypervisor gave to other VMs (Linux only);
+    ``loadavg``: the OS's 1-minute load average (it includes this process)."""
+
+    usable_cpus: int
+    seconds: float
+    others_cpus: float | None
+    steal: float | None
+    loadavg: float | None
+
+    @property
+    def busy(self) -> bool:
+        return bool((self.others_cpus is not None and self.others_cpus > BUSY_OTHERS_SHARE * self.usable_cpus)
+                    or (self.steal is not None and self.steal > BUSY_STEAL_SHARE))
+
+    def reason(self) -> str | None:
+        """One line saying why the machine counts as busy, or None when it does not."""
+        if not self.busy:
+            return None
+        parts = []
+        if self.others_cpus is not None and self.others_cpus > BUSY_OTHERS_SHARE * self.usable_cpus:
+            parts.append(f"other processes used {self.others_cpus:.1f} of the {self.usable_cpus} CPUs")
+        if self.steal is not None and self.steal > BUSY_STEAL_SHARE:
+            parts.append(f"the hypervisor stole {self.steal:.0%} of the CPU time (another VM on the same host)")
+        if self.loadavg is not None:
+            parts.append(f"load average {self.loadavg:.1f}")
+        return "the machine was busy: " + ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"usable_cpus": self.usable_cpus, "seconds": round(self.seconds, 4), "others_cpus": self.others_cpus,
+                "steal": self.steal, "loadavg": self.loadavg, "busy": self.busy}
+
+
+class LoadMeter:
+    """Measure :class:`Load` over a window: ``meter = LoadMeter(); ...work...; load = meter.stop()``.
+    Reads two counters at each end (no sleeping), so it can wrap a benchmark's sampling loop."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._proc = psutil.Process()
+        try:
+            self._cpus = sorted(os.sched_getaffinity(0))
+        except AttributeError:  # macOS, Windows
+            self._cpus = None
+        self._start = self._read()
+
+    def _read(self) -> tuple[float, float | None, float | None, float]:
+        wall = time.perf_counter()
+        try:
+            per_cpu = self._psutil.cpu_times(percpu=True)
+            if self._cpus is not None and max(self._cpus) < len(per_cpu):
+                per_cpu = [per_cpu[i] for i in self._cpus]
+            busy = sum(t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+                       for t in per_cpu)
+            steal = sum(getattr(t, "steal", 0.0) for t in per_cpu) if hasattr(per_cpu[0], "steal") else None
+            own_t = self._proc.cpu_times()
+            own = own_t.user + own_t.system
+        except Exception:  # counters unreadable (a sandbox): no load figure, never a failed timing
+            return wall, None, None, 0.0
+        return wall, busy, steal, own
+
+    def stop(self) -> Load:
+        (w0, b0, s0, o0), (w1, b1, s1, o1) = self._start, self._read()
+        seconds = max(w1 - w0, 1e-9)
+        others = None if b0 is None or b1 is None else max(0.0, (b1 - b0) - (o1 - o0)) / seconds
+        n = usable_cpus()
+        steal = None if s0 is None or s1 is None else max(0.0, s1 - s0) / (seconds * n)
+        try:
+            loadavg = os.getloadavg()[0]
+        except (AttributeError, OSError):
+            loadavg = None
+        return Load(usable_cpus=n, seconds=seconds, others_cpus=None if others is None else round(others, 3),
+                    steal=None if steal is None else round(steal, 4), loadavg=loadavg)
+
+
+def machine_load(interval: float = 0.5) -> Load:
+    """How busy this machine is right now: watch the CPUs for ``interval`` seconds while this process
+    sleeps. A pre-flight check before timing (notebook 00 calls it; ``benchmark`` measures the same during
+    its own samples)."""
+    if not (isinstance(interval, int | float) and not isinstance(interval, bool) and 0 < interval <= 60):
+        raise ValueError(f"interval={interval!r} is not allowed: pass a number of seconds between 0 and 60.")
+    meter = LoadMeter()
+    time.sleep(interval)
+    return meter.stop()
+
+
 def _slug(text: str) -> str:
     text = re.sub(r"\((r|tm|c)\)", "", text.lower())
     text = re.sub(r"\b(cpu|processor|with radeon graphics|\d+-core)\b", "", text)
@@ -166,6 +350,7 @@ def environment_report(device: DeviceLike = None) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "last_level_cache_mib": (lambda c: round(c / 2**20, 1) if c else None)(last_level_cache_bytes()),
+        "cpu_features": cpu_features(),
     }
     try:
         import torchvision

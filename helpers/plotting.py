@@ -3,6 +3,7 @@ the roofline, and the cumulative waterfall. Each function returns the matplotlib
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .roofline import Roofline
-from .timing import _UNITS, Measurement
+from .timing import Measurement, time_unit
 
 STYLE = {
     "figure.figsize": (7.5, 4.0),
@@ -30,9 +31,7 @@ def apply_style() -> None:
     plt.rcParams.update(STYLE)
 
 
-def _time_unit(seconds: float) -> tuple[float, str]:
-    """The unit the timing module would print ``seconds`` in: (scale, name)."""
-    return next(((sc, un) for sc, un in _UNITS if seconds >= sc), _UNITS[-1])
+_time_unit = time_unit
 
 
 def bars(measurements: Sequence[Measurement], title: str = "", ax: Any = None, log: bool = False) -> Any:
@@ -83,41 +82,68 @@ def vs_batch(batches: Sequence[int], measurements: Sequence[Measurement], title:
     return fig
 
 
-def roofline(rf: Roofline, points: Sequence[tuple[str, float, float]] = (), title: str = "") -> Any:
-    """The roofline of ``rf`` (one roof per measured dtype) with workloads placed on it.
+def roofline(rf: Roofline, points: Sequence[tuple[str, float, float]] = (), title: str = "",
+             dtype: str = "fp32") -> Any:
+    """The roofline of ``rf`` (one roof per measured float dtype) with workloads placed on it.
 
-    ``points`` are ``(label, intensity FLOP/byte, achieved FLOP/s)``.
-    """
+    ``points`` are ``(label, intensity FLOP/byte, achieved FLOP/s)``. A point above the ``dtype`` roof is
+    drawn clamped onto it as a hollow marker with an arrow (never above it), and listed in the caption:
+    :meth:`Roofline.place` says why it happened."""
     apply_style()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     lo = min([0.01] + [p[1] / 2 for p in points])
     hi = max([1e4] + [p[1] * 2 for p in points])
     intensity = np.logspace(np.log10(lo), np.log10(hi), 200)
-    for i, (name, peak) in enumerate(rf.peak_flops.items()):
+    roofs = {k: v for k, v in rf.peak_flops.items() if k != "int8" and np.isfinite(v)}
+    for i, (name, peak) in enumerate(roofs.items()):
         ax.plot(intensity, np.minimum(peak, intensity * rf.bandwidth), color=PALETTE[i % len(PALETTE)],
                 label=f"{name}: {peak / 1e9:,.0f} GFLOP/s, ridge {rf.ridge_point(name):.1f} FLOP/B")
+    clamped = []
     for j, (label, x, y) in enumerate(points):
-        ax.plot([x], [y], "o", color=PALETTE[(j + 2) % len(PALETTE)], markersize=8)
+        color = PALETTE[(j + 2) % len(PALETTE)]
+        roof = rf.attainable(x, dtype) if dtype in roofs else y
+        if y > roof:
+            clamped.append(label)
+            ax.plot([x], [roof], "o", markerfacecolor="none", markeredgecolor=color, markersize=9)
+            ax.annotate("", (x, roof * 1.6), xytext=(x, roof), arrowprops={"arrowstyle": "->", "color": color})
+            y = roof
+        else:
+            ax.plot([x], [y], "o", color=color, markersize=8)
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, -12 if j % 2 == 0 else 6), fontsize=9)
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="FLOP/s")
     ax.set_title(title or f"roofline of {rf.machine_id}: memory {rf.bandwidth / 1e9:.1f} GB/s")
+    if clamped:
+        fig.text(0.01, 0.01, f"hollow, with an arrow: above the {dtype} roof, drawn on it ({', '.join(clamped)})",
+                 fontsize=8)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
 
 
 def waterfall(steps: Sequence[str], values: Sequence[float], metric: str = "throughput (items/s)",
-              higher_is_better: bool = True, title: str = "") -> Any:
-    """Cumulative waterfall: each step's bar shows its value; steps that made things worse are red
-    and kept visible (a regression is a result too)."""
+              higher_is_better: bool = True, title: str = "",
+              measurements: Sequence[Measurement] | None = None) -> Any:
+    """Cumulative waterfall: each step's bar shows its value, regressions kept visible (a regression is a
+    result too). With ``measurements`` (one timing per step), each bar is coloured by
+    :func:`helpers.verdict.verdict` against the step before: green faster, red slower, grey within noise or
+    too few samples; without them, by the direction of the value alone (and the title says so)."""
     if len(steps) != len(values) or not steps:
         raise ValueError("waterfall() needs one value per step, and at least one step.")
+    if measurements is not None and len(measurements) != len(steps):
+        raise ValueError(f"waterfall() got {len(measurements)} measurements for {len(steps)} steps; pass one per step.")
     apply_style()
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(steps)), 4.0))
     colors = [NEUTRAL]
-    for prev, cur in zip(values, values[1:], strict=False):
-        better = cur >= prev if higher_is_better else cur <= prev
-        colors.append(GOOD if better else BAD)
+    if measurements is not None:
+        from .verdict import verdict
+
+        for prev, cur in itertools.pairwise(measurements):
+            outcome = verdict(cur, prev).outcome
+            colors.append(GOOD if outcome == "faster" else BAD if outcome == "slower" else "#adb5bd")
+    else:
+        for prev, cur in itertools.pairwise(values):
+            better = cur >= prev if higher_is_better else cur <= prev
+            colors.append(GOOD if better else BAD)
     x = np.arange(len(steps))
     ax.bar(x, values, color=colors)
     ax.plot(x, values, "k--", linewidth=0.8, alpha=0.6)
@@ -127,7 +153,9 @@ def waterfall(steps: Sequence[str], values: Sequence[float], metric: str = "thro
         ax.annotate(f"{value:.3g}\n×{ratio:.2f}", (i, value), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, steps, rotation=30, ha="right")
     ax.set_ylabel(metric)
-    ax.set_title(title or f"{metric}, step by step (red: a regression on this machine)")
+    legend = ("green faster, red slower, grey within noise of the step before" if measurements is not None
+              else "red: worse than the step before, noise not judged")
+    ax.set_title(title or f"{metric}, step by step ({legend})")
     fig.tight_layout()
     return fig
 

@@ -1,35 +1,80 @@
-"""This machine's limits, measured: peak matmul FLOP/s per dtype, memory bandwidth, host→device bandwidth,
-per-op dispatch/launch latency; and where a workload sits against them (the roofline model).
+"""This machine's limits, measured: peak matmul FLOP/s per dtype (and int8 OP/s), memory bandwidth,
+host→device bandwidth, per-op dispatch/launch latency; and where a workload sits against them (the roofline).
 
 A kernel that does ``F`` floating-point operations and moves ``B`` bytes has arithmetic intensity
 ``I = F / B``. It cannot run faster than ``min(peak_flops, I × bandwidth)``: below the *ridge point*
 ``peak_flops / bandwidth`` it is memory-bound, above it compute-bound. Tiny kernels are bound by neither:
 they are overhead-bound (launch or dispatch latency).
 
-All peaks here are *achievable* peaks measured with PyTorch on this machine, not datasheet numbers. Like
-STREAM and most peak benchmarks, a roof is computed from the *fastest* sample (what the machine has shown it
-can do); workloads placed against it are timed by their median.
+**What a roof is here.** An *achievable* peak measured with PyTorch on this machine, not a datasheet number:
+the compute roof of a dtype is the best of several square matmul sizes (each size probed first, so a dtype
+this hardware emulates in software is not run at a size that would take minutes), the memory roof the best of
+large copies beyond the caches. Like STREAM, a roof is computed from the *fastest* sample (what the machine
+has shown it can do); workloads placed against it are timed by their median. Other code can beat a roof
+(a library's convolution, data that stays in a cache): :meth:`Roofline.place` then clamps the placement and
+says why in one generated line, never as an achievement.
+
+**One roofline per machine.** :func:`measure_roofline` stores what it measured, with each roof's spread,
+in ``<outputs>/roofline/<machine_id>.json`` (atomically); :func:`get_roofline` reuses it and re-measures
+only when it is missing, was measured with other settings (torch version, threads, a quick-mode roof in
+full mode), is noisy, or ``refresh=True``. A re-measurement keeps the better value of each roof.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import datetime as _dt
+import json
+import math
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from .checks import check_choice, check_int, check_number
 from .device import DeviceLike, choose_device, last_level_cache_bytes, machine_id
 from .modes import course_mode, pick
-from .timing import Measurement, benchmark
+from .paths import outputs_dir, write_atomic
+from .timing import MIN_SAMPLES, Measurement, benchmark, fit_to_budget
 
-_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+           "int8": torch.int8}
+
+#: Where notebook 00 records the roofline, and the names of its records: every reader uses these.
+ROOF_NOTEBOOK = "00_environment"
+ROOF_EXPERIMENT = "roofline"
+BANDWIDTH_VARIANT = "memory bandwidth"
+DISPATCH_VARIANT = "dispatch latency"
+#: Version of the stored-roofline file; a file of another version is re-measured.
+STORE_VERSION = 2
+#: A stored roof that was noisy is re-measured at most this many times (a busy machine stays busy).
+MAX_REMEASURES = 2
+
+
+def matmul_variant(dtype: str) -> str:
+    """The record variant of a matmul roof: ``'matmul fp32'``."""
+    return f"matmul {dtype}"
+
+
+def h2d_variant(kind: str) -> str:
+    """The record variant of a host→device roof: ``'host to device pinned'``."""
+    return f"host to device {kind}"
 
 
 def default_dtypes(device: DeviceLike = None) -> list[str]:
-    """The matmul dtypes worth measuring: fp32 and bf16 on a CPU; fp32, tf32, bf16, fp16 on a GPU."""
-    return ["fp32", "tf32", "bf16", "fp16"] if choose_device(device).type == "cuda" else ["fp32", "bf16"]
+    """The matmul dtypes worth a roof: fp32, bf16 and int8 on a CPU; also tf32 and fp16 on a GPU."""
+    if choose_device(device).type == "cuda":
+        return ["fp32", "tf32", "bf16", "fp16", "int8"]
+    return ["fp32", "bf16", "int8"]
+
+
+def default_sizes(device: DeviceLike = None) -> list[int]:
+    """Square matmul sizes whose best is the compute roof (each is probed before it is timed)."""
+    if choose_device(device).type == "cpu":
+        return pick([256, 512, 1024], [256, 512, 1024, 2048])
+    return pick([1024, 2048, 4096], [2048, 4096, 8192])
 
 
 @contextmanager
@@ -49,32 +94,70 @@ def _matmul_precision(dtype_name: str) -> Iterator[None]:
         matmul.fp32_precision = before
 
 
-def matmul_flops(
-    dtype: str = "fp32", device: DeviceLike = None, n: int | None = None, repeats: int | None = None
-) -> tuple[float, Measurement]:
-    """Achieved FLOP/s of an ``n×n @ n×n`` matmul (``2·n³`` FLOPs) and the timing behind it."""
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not one of {sorted(_DTYPES)}; pick one of those names.")
-    dev = choose_device(device)
-    if n is None:
-        n = pick(512, 2048) if dev.type == "cpu" else pick(2048, 8192)
-    if n < 1:
-        raise ValueError(f"n={n} must be a positive matrix size.")
-    repeats = repeats if repeats is not None else pick(5, 15)
+def _matmul_call(dtype: str, n: int, dev: torch.device) -> Callable[[], Any]:
+    if dtype == "int8":  # int8 × int8 → int32, the product int8 inference runs on (torchao, ORT's U8S8)
+        a = torch.randint(-64, 64, (n, n), dtype=torch.int8, device=dev)
+        b = torch.randint(-64, 64, (n, n), dtype=torch.int8, device=dev)
+        return lambda: torch._int_mm(a, b)
     a = torch.randn(n, n, device=dev).to(_DTYPES[dtype])
     b = torch.randn(n, n, device=dev).to(_DTYPES[dtype])
+    return lambda: torch.mm(a, b)
+
+
+def matmul_flops(
+    dtype: str = "fp32", device: DeviceLike = None, n: int | None = None, repeats: int | None = None,
+    budget: float | None | str = "default",
+) -> tuple[float, Measurement]:
+    """Achieved FLOP/s (int8: OP/s) of one ``n×n @ n×n`` matmul (``2·n³`` operations), from its fastest
+    sample, and the timing behind it. ``n`` defaults to the largest of :func:`default_sizes`."""
+    check_choice("dtype", dtype, sorted(_DTYPES), "pick one of those names.")
+    dev = choose_device(device)
+    n = default_sizes(dev)[-1] if n is None else check_int("n", n, 1, hint="pass a positive matrix size.")
+    repeats = repeats if repeats is not None else pick(5, 15)
+    call = _matmul_call(dtype, n, dev)
     with _matmul_precision(dtype), torch.inference_mode():
-        m = benchmark(torch.mm, a, b, label=f"matmul {n}×{n} {dtype}", device=dev, repeats=repeats, warmup=2)
+        m = benchmark(call, label=f"matmul {n}×{n} {dtype}", device=dev, repeats=repeats, warmup=2, budget=budget)
     return 2 * n**3 / m.min, m
 
 
+def matmul_roof(dtype: str = "fp32", device: DeviceLike = None, sizes: list[int] | None = None,
+                budget: float | None = None) -> tuple[float, Measurement | None, dict[int, float]]:
+    """The compute roof of ``dtype``: the best FLOP/s over ``sizes`` (default :func:`default_sizes`). Sizes are
+    probed from the smallest with one call each (:func:`helpers.timing.fit_to_budget`) and only those whose
+    call fits a third of ``budget`` are timed: fp16 on a CPU without fp16 units is never run at a size that
+    would take a minute. Returns (roof, the best size's Measurement, {size: predicted seconds per call} of
+    the sizes not run). ``(nan, None, …)`` when this device cannot run the dtype (int8 matmul on MPS)."""
+    check_choice("dtype", dtype, sorted(_DTYPES), "pick one of those names.")
+    dev = choose_device(device)
+    budget = pick(0.5, 1.5) if budget is None else check_number("budget", budget, positive=True)
+    try:
+        with _matmul_precision(dtype), torch.inference_mode():
+            probe = fit_to_budget(lambda n: _matmul_call(dtype, n, dev), sizes or default_sizes(dev),
+                                  limit=budget / MIN_SAMPLES, device=dev)
+    except (RuntimeError, NotImplementedError):  # this backend has no such matmul
+        return math.nan, None, {}
+    best, best_m = math.nan, None
+    for n in [s for s, t in probe.timed.items() if t <= probe.limit]:
+        flops, m = matmul_flops(dtype, dev, n=n, budget=budget)
+        if not flops <= best:  # also replaces the initial NaN
+            best, best_m = flops, m
+    if best_m is None:  # even the smallest size was too slow for the budget: its one probe call is the roof
+        n, seconds = next(iter(probe.timed.items()))
+        best = 2 * n**3 / seconds
+        best_m = Measurement(samples=(seconds,), label=f"matmul {n}×{n} {dtype} (probe)", device=str(dev),
+                             budget=budget, budget_limited=True)
+    return best, best_m, probe.predicted
+
+
 def memory_bandwidth(
-    device: DeviceLike = None, nbytes: int | None = None, repeats: int | None = None
+    device: DeviceLike = None, nbytes: int | None = None, repeats: int | None = None,
+    budget: float | None | str = "default", flush_cache: bool = False,
 ) -> tuple[float, Measurement]:
     """Achieved main-memory bandwidth (bytes/s) of a large copy: it reads ``nbytes`` and writes ``nbytes``.
 
     The default buffer is far larger than the caches (at least 256 MiB, and twice the reported last-level
-    cache up to 1 GiB) so the copy really goes to DRAM / HBM; a smaller one measures a cache instead.
+    cache up to 1 GiB) so the copy really goes to DRAM / HBM; a smaller one measures a cache instead, unless
+    ``flush_cache=True`` (the cache is overwritten before each sample, as ``triton.testing.do_bench`` does).
     """
     dev = choose_device(device)
     if nbytes is None:
@@ -84,7 +167,8 @@ def memory_bandwidth(
     repeats = repeats if repeats is not None else pick(5, 20)
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=dev).uniform_()
     dst = torch.empty_like(src)
-    m = benchmark(dst.copy_, src, label=f"copy {nbytes / 2**20:.0f} MiB", device=dev, repeats=repeats, warmup=2)
+    m = benchmark(dst.copy_, src, label=f"copy {nbytes / 2**20:.0f} MiB", device=dev, repeats=repeats, warmup=2,
+                  budget=budget, flush_cache=flush_cache)
     return 2 * src.numel() * 4 / m.min, m
 
 
@@ -94,6 +178,14 @@ def beyond_cache_bytes(device: DeviceLike = None, minimum: int = 256 * 2**20, ca
     if choose_device(device).type != "cpu":
         return minimum
     return max(minimum, min(2 * (last_level_cache_bytes() or 0), cap))
+
+
+def cache_bytes(device: DeviceLike = None) -> int | None:
+    """The last cache before main memory: the GPU's L2, or the CPU's last level as the OS reports it."""
+    dev = choose_device(device)
+    if dev.type == "cuda":
+        return int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0)) or None
+    return last_level_cache_bytes() if dev.type == "cpu" else None
 
 
 def h2d_bandwidth(
@@ -151,7 +243,12 @@ def elementwise_cost(numel: int, flops_per_element: int = 1, inputs: int = 1,
 
 @dataclass
 class Roofline:
-    """Measured limits of one device. Bandwidth in bytes/s, peaks in FLOP/s, latency in seconds."""
+    """Measured limits of one device. Bandwidth in bytes/s, peaks in FLOP/s (int8: OP/s), latency in seconds.
+
+    ``spread`` is each limit's relative IQR (IQR / median of the measurement behind it), ``noisy`` the limits
+    whose measurement was noisy, ``sizes`` the matmul size each compute roof came from, ``cache_bytes`` the
+    last cache before main memory (for explaining placements above a roof), ``origin`` where this object
+    came from (``"measured"`` or ``"stored"``)."""
 
     device: str
     machine_id: str
@@ -160,9 +257,19 @@ class Roofline:
     dispatch_latency: float
     h2d_bandwidth: dict[str, float] = field(default_factory=dict)
     measurements: list[Measurement] = field(default_factory=list, repr=False)
+    spread: dict[str, float] = field(default_factory=dict)
+    noisy: list[str] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)
+    cache_bytes: int | None = None
+    mode: str = "full"
+    torch: str = ""
+    threads: int = 0
+    measured_at: str = ""
+    remeasures: int = 0
+    origin: str = "measured"
 
     def _peak(self, dtype: str) -> float:
-        if dtype not in self.peak_flops:
+        if dtype not in self.peak_flops or not math.isfinite(self.peak_flops[dtype]):
             raise ValueError(f"no peak measured for {dtype!r}; measured: {sorted(self.peak_flops)}.")
         return self.peak_flops[dtype]
 
@@ -175,8 +282,9 @@ class Roofline:
         return min(self._peak(dtype), intensity * self.bandwidth)
 
     def place(self, flops: float, nbytes: float, seconds: float, dtype: str = "fp32") -> dict[str, Any]:
-        """Where a measured workload sits: its intensity, achieved FLOP/s and bytes/s, the bound that
-        applies, and the fraction of that bound it reached."""
+        """Where a measured workload sits: its intensity, achieved FLOP/s and bytes/s, the bound that applies,
+        the fraction of that bound it reached (``fraction_of_bound``, raw, and ``shown_fraction``, clamped to 1
+        for display), and, when it is above its roof, ``explanation``: one generated line saying why."""
         if seconds <= 0:
             raise ValueError("seconds must be positive (use a Measurement's median).")
         intensity = arithmetic_intensity(flops, nbytes)
@@ -184,55 +292,225 @@ class Roofline:
         attainable = self.attainable(intensity, dtype)
         achieved = flops / seconds
         fraction = achieved / attainable
-        return {
+        placed = {
             "intensity_flop_per_byte": intensity,
             "achieved_flops": achieved,
             "achieved_bytes_per_s": nbytes / seconds,
             "bound": bound,
             "attainable_flops": attainable,
             "fraction_of_bound": fraction,
+            "shown_fraction": min(fraction, 1.0),
+            "above_roof": fraction > 1.0,
             # Short *and* far from its roof: the fixed cost of launching it dominates. A short op that already
             # reaches half its roof (a large add on a GPU that streams 4 TB/s) is limited by that roof instead.
             "overhead_bound": seconds < 10 * self.dispatch_latency and fraction < 0.5,
         }
+        placed["explanation"] = self.explain_above_roof(placed, nbytes, dtype) if fraction > 1.0 else None
+        return placed
+
+    def explain_above_roof(self, placed: dict[str, Any], nbytes: float, dtype: str = "fp32") -> str:
+        """Why a placement is above its roof, for its own bound and device (one line)."""
+        pct = f"{placed['fraction_of_bound']:.0%}"
+        cache = "L2 cache" if self.device.startswith("cuda") else "CPU caches"
+        if placed["bound"] == "memory":
+            if self.cache_bytes and nbytes <= self.cache_bytes:
+                why = (f"its {_mib(nbytes)} of traffic fits in the {cache} "
+                       f"({self.cache_bytes / 2**20:.0f} MiB), so it is served from there, faster than the "
+                       "main-memory roof")
+            else:
+                why = ("its byte count assumes every input comes from main memory once; data reused from the "
+                       f"{cache} moves fewer bytes than counted")
+        else:
+            size = self.sizes.get(dtype)
+            why = (f"the {dtype} roof is this machine's best square matmul"
+                   + (f" ({size}×{size})" if size else "")
+                   + "; this work ran a faster code path (another shape, layout or library), so the roof "
+                   "underestimates the peak for it — a compute roof is not a cache effect")
+        if (placed["bound"] == "memory" and "bandwidth" in self.noisy) or (
+                placed["bound"] == "compute" and dtype in self.noisy):
+            why += "; the roof's own measurement was noisy"
+        return f"{pct} of the {placed['bound']} roof is drawn at 100 %: {why}."
+
+    def is_noisy(self) -> bool:
+        return bool(self.noisy)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("measurements")
+        data["peak_flops"] = {k: (v if math.isfinite(v) else None) for k, v in self.peak_flops.items()}
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Roofline:
+        known = {f for f in cls.__dataclass_fields__ if f != "measurements"}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["peak_flops"] = {k: (math.nan if v is None else float(v)) for k, v in data["peak_flops"].items()}
+        return cls(**kwargs)
 
     def table(self) -> Any:
         import pandas as pd
 
-        rows = [{"limit": f"matmul {k}", "value": v / 1e9, "unit": "GFLOP/s"} for k, v in self.peak_flops.items()]
-        rows.append({"limit": "memory bandwidth", "value": self.bandwidth / 1e9, "unit": "GB/s"})
+        rows = [{"limit": f"matmul {k}" + (f" ({self.sizes[k]}²)" if k in self.sizes else ""),
+                 "value": v / 1e9, "unit": "GOP/s" if k == "int8" else "GFLOP/s",
+                 "spread (IQR/median)": self.spread.get(k)} for k, v in self.peak_flops.items()]
+        rows.append({"limit": BANDWIDTH_VARIANT, "value": self.bandwidth / 1e9, "unit": "GB/s",
+                     "spread (IQR/median)": self.spread.get("bandwidth")})
         rows += [{"limit": f"host→device ({k})", "value": v / 1e9, "unit": "GB/s"}
                  for k, v in self.h2d_bandwidth.items()]
-        rows.append({"limit": "dispatch/launch latency", "value": self.dispatch_latency * 1e6, "unit": "µs/op"})
+        rows.append({"limit": "dispatch/launch latency", "value": self.dispatch_latency * 1e6, "unit": "µs/op",
+                     "spread (IQR/median)": self.spread.get("dispatch")})
         rows += [{"limit": f"ridge point {k}", "value": self.ridge_point(k), "unit": "FLOP/byte"}
-                 for k in self.peak_flops]
-        return pd.DataFrame(rows).set_index("limit").round(2)
+                 for k, v in self.peak_flops.items() if math.isfinite(v) and k != "int8"]
+        return pd.DataFrame(rows).set_index("limit").round(3)
+
+    def records(self) -> list[dict[str, Any]]:
+        """The roofline as result records (``experiment``, ``variant``, ``dtype``, ``metrics``), with the
+        course's names: pass each to a :class:`helpers.results.Recorder` (``rf.record(rec)`` does)."""
+        out = [{"experiment": ROOF_EXPERIMENT, "variant": matmul_variant(k), "dtype": k,
+                "metrics": {"flops": v, "spread": self.spread.get(k)}}
+               for k, v in self.peak_flops.items() if math.isfinite(v)]
+        out.append({"experiment": ROOF_EXPERIMENT, "variant": BANDWIDTH_VARIANT,
+                    "metrics": {"bytes_per_s": self.bandwidth, "spread": self.spread.get("bandwidth")}})
+        out.append({"experiment": ROOF_EXPERIMENT, "variant": DISPATCH_VARIANT,
+                    "metrics": {"seconds": self.dispatch_latency, "spread": self.spread.get("dispatch")}})
+        out += [{"experiment": ROOF_EXPERIMENT, "variant": h2d_variant(k), "metrics": {"bytes_per_s": v}}
+                for k, v in self.h2d_bandwidth.items()]
+        return out
+
+    def record(self, recorder: Callable[..., Any]) -> None:
+        """Record every roof with ``recorder`` (a :class:`helpers.results.Recorder`)."""
+        for r in self.records():
+            recorder(**r)
 
 
-def measure_roofline(device: DeviceLike = None, dtypes: list[str] | None = None) -> Roofline:
-    """Measure every limit above on ``device`` (sizes follow the course mode)."""
+def _mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:.1f} KiB"
+
+
+def _spread(m: Measurement) -> float:
+    return round(m.relative_iqr, 4)
+
+
+def measure_roofline(device: DeviceLike = None, dtypes: list[str] | None = None, store: bool = True) -> Roofline:
+    """Measure every limit above on ``device`` (sizes follow the course mode) and, with ``store``, save it
+    for :func:`get_roofline` (merged with a compatible stored one: each roof keeps its better value)."""
     dev = choose_device(device)
     measurements: list[Measurement] = []
     peaks: dict[str, float] = {}
+    spread: dict[str, float] = {}
+    sizes: dict[str, int] = {}
+    noisy: list[str] = []
     for name in dtypes or default_dtypes(dev):
-        peaks[name], m = matmul_flops(name, dev)
-        measurements.append(m)
+        check_choice("dtype", name, sorted(_DTYPES), "pick dtype names such as 'fp32', 'bf16', 'int8'.")
+        peaks[name], m, _ = matmul_roof(name, dev)
+        if m is not None:
+            measurements.append(m)
+            spread[name], sizes[name] = _spread(m), int(m.label.split()[1].split("×")[0])
+            if m.noisy:
+                noisy.append(name)
     bandwidth, m = memory_bandwidth(dev)
     measurements.append(m)
+    spread["bandwidth"] = _spread(m)
+    noisy += ["bandwidth"] if m.noisy else []
     latency, m = dispatch_latency(dev)
     measurements.append(m)
+    spread["dispatch"] = _spread(m)
+    noisy += ["dispatch"] if m.noisy else []
     h2d: dict[str, float] = {}
     if dev.type == "cuda":
         for pinned in (True, False):
             h2d["pinned" if pinned else "pageable"], m = h2d_bandwidth(pinned=pinned, device=dev)
             measurements.append(m)
-    return Roofline(device=str(dev), machine_id=machine_id(dev), peak_flops=peaks, bandwidth=bandwidth,
-                    dispatch_latency=latency, h2d_bandwidth=h2d, measurements=measurements)
+    rf = Roofline(device=str(dev), machine_id=machine_id(dev), peak_flops=peaks, bandwidth=bandwidth,
+                  dispatch_latency=latency, h2d_bandwidth=h2d, measurements=measurements, spread=spread,
+                  noisy=noisy, sizes=sizes, cache_bytes=cache_bytes(dev), mode=course_mode(),
+                  torch=torch.__version__, threads=torch.get_num_threads(),
+                  measured_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+    if store:
+        stored = load_roofline(dev)
+        if stored is not None and _compatible(stored, dev, rf.mode):
+            rf = _merge(stored, rf)
+        save_roofline(rf)
+    return rf
+
+
+def roofline_path(device: DeviceLike = None) -> Path:
+    """Where this machine's stored roofline lives."""
+    return outputs_dir() / "roofline" / f"{machine_id(device)}.json"
+
+
+def save_roofline(rf: Roofline) -> Path:
+    """Store ``rf`` for later notebooks (atomically: a reader never sees half a file)."""
+    data = {"version": STORE_VERSION, **rf.to_dict()}
+    data.pop("origin", None)
+    return write_atomic(roofline_path(rf.device), json.dumps(data, indent=1) + "\n")
+
+
+def load_roofline(device: DeviceLike = None) -> Roofline | None:
+    """This machine's stored roofline, or None when there is none (or it is unreadable, or of another version)."""
+    path = roofline_path(device)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.pop("version", None) != STORE_VERSION:
+            return None
+        rf = Roofline.from_dict(data)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    rf.origin = "stored"
+    return rf
+
+
+def _compatible(rf: Roofline, dev: torch.device, mode: str) -> bool:
+    """Measured here with the same torch and threads, and with sizes at least as large as this mode's."""
+    return (rf.machine_id == machine_id(dev) and rf.device == str(dev) and rf.torch == torch.__version__
+            and rf.threads == torch.get_num_threads() and (rf.mode == "full" or mode == "quick"))
+
+
+def _merge(old: Roofline, new: Roofline) -> Roofline:
+    """Each roof keeps its better value (higher FLOP/s and bandwidth, lower latency) with that value's spread."""
+    for name, value in old.peak_flops.items():
+        if name not in new.peak_flops or not new.peak_flops[name] >= value:
+            if math.isfinite(value):
+                new.peak_flops[name] = value
+                new.spread[name] = old.spread.get(name, new.spread.get(name))
+                new.sizes[name] = old.sizes.get(name, new.sizes.get(name))
+                new.noisy = [n for n in new.noisy if n != name] + ([name] if name in old.noisy else [])
+    for key, better in (("bandwidth", old.bandwidth > new.bandwidth),
+                        ("dispatch", old.dispatch_latency < new.dispatch_latency)):
+        if better:
+            if key == "bandwidth":
+                new.bandwidth = old.bandwidth
+            else:
+                new.dispatch_latency = old.dispatch_latency
+            new.spread[key] = old.spread.get(key, new.spread.get(key))
+            new.noisy = [n for n in new.noisy if n != key] + ([key] if key in old.noisy else [])
+    for kind, value in old.h2d_bandwidth.items():
+        new.h2d_bandwidth[kind] = max(value, new.h2d_bandwidth.get(kind, 0.0))
+    new.mode = "full" if "full" in (old.mode, new.mode) else new.mode
+    new.remeasures = old.remeasures + 1
+    return new
+
+
+def get_roofline(device: DeviceLike = None, dtypes: list[str] | None = None, refresh: bool = False) -> Roofline:
+    """This machine's roofline, measured once and reused: the stored one when it covers ``dtypes``, was
+    measured with this torch and thread count and at least this mode's sizes, and is not noisy (a noisy one is
+    re-measured up to :data:`MAX_REMEASURES` times, keeping each roof's better value); else measured now.
+    Prints one line saying which, so a learner knows where the numbers came from."""
+    dev = choose_device(device)
+    wanted = dtypes or default_dtypes(dev)
+    stored = None if refresh else load_roofline(dev)
+    if stored is not None and _compatible(stored, dev, course_mode()) and set(wanted) <= set(stored.peak_flops):
+        if not stored.is_noisy() or stored.remeasures >= MAX_REMEASURES:
+            note = f" (noisy: {', '.join(stored.noisy)}; kept after {stored.remeasures} re-measurements)" \
+                if stored.is_noisy() else ""
+            print(f"roofline: this machine's stored one, measured {stored.measured_at} in {stored.mode} mode{note}; "
+                  "roofline.get_roofline(refresh=True) measures it again")
+            return stored
+        print(f"roofline: the stored one is noisy ({', '.join(stored.noisy)}): measuring it again")
+    else:
+        print("roofline: none stored for this machine and set-up yet: measuring it (notebook 00 shows how)")
+    return measure_roofline(dev, dtypes=sorted(set(wanted) | set(stored.peak_flops if stored else [])),
+                            store=True)
 
 
 def compare_with_reference(rf: Roofline | None = None) -> Any:
@@ -243,18 +521,20 @@ def compare_with_reference(rf: Roofline | None = None) -> Any:
     from .results import load_reference
 
     rows: dict[str, dict[str, float]] = {}
-    ref = load_reference(notebook="00_environment", experiment="roofline")
+    ref = load_reference(notebook=ROOF_NOTEBOOK, experiment=ROOF_EXPERIMENT)
+    matmul_names = {matmul_variant(k): k for k in _DTYPES}
+    h2d_names = {h2d_variant(k): k for k in ("pinned", "pageable")}
     for _, r in ref.iterrows():
         row = rows.setdefault(f"{r['machine_id']} (reference, {r['mode']} mode)", {})
         variant = r["variant"]
-        if variant.startswith("matmul "):
-            row[f"{variant.split()[1]} GFLOP/s"] = r["flops"] / 1e9
-        elif variant == "memory bandwidth":
+        if variant in matmul_names:
+            row[f"{matmul_names[variant]} GFLOP/s"] = r["flops"] / 1e9
+        elif variant == BANDWIDTH_VARIANT:
             row["memory GB/s"] = r["bytes_per_s"] / 1e9
-        elif variant == "dispatch latency":
+        elif variant == DISPATCH_VARIANT:
             row["µs per tiny op"] = r["seconds"] * 1e6
-        elif variant.startswith("host to device"):
-            row[f"H2D {variant.split()[-1]} GB/s"] = r["bytes_per_s"] / 1e9
+        elif variant in h2d_names:
+            row[f"H2D {h2d_names[variant]} GB/s"] = r["bytes_per_s"] / 1e9
     if rf is not None:
         row = rows.setdefault(f"{rf.machine_id} (this run, {course_mode()} mode)", {})
         row.update({f"{k} GFLOP/s": v / 1e9 for k, v in rf.peak_flops.items()})

@@ -8,30 +8,62 @@ The rules it enforces, so a notebook cannot forget them:
 * the device is synchronised around every sample: CUDA events on a GPU (they time the GPU's own timeline),
   ``time.perf_counter`` on the CPU;
 * tiny workloads are repeated ``number`` times per sample so the timer's resolution does not dominate;
-* the result keeps every raw sample and reports median, IQR and p95, never the mean of one run.
+* a **time budget** bounds every measurement, as ``torch.utils.benchmark``'s ``blocked_autorange`` and
+  ``triton.testing.do_bench`` do: sampling stops when the budget is spent (at least 3 samples when they
+  fit), and a call longer than the budget gives the first call plus one timed sample, marked
+  ``budget_limited``;
+* the result keeps every raw sample and reports median, IQR and p95, never the mean of one run, and says
+  *why* it is noisy when it is (a wide IQR, a fastest sample far below the median, a busy machine).
 
-The statistics and the noise threshold follow ``torch.utils.benchmark`` (IQR above 10 % of the median is
-flagged), and :meth:`Measurement.from_torch` converts its results so both can sit in one table.
+Both timers here (``benchmark`` and ``timed_call``) run the function in the caller's autograd state; pass
+``inference_mode=True`` to either to run it under ``torch.inference_mode()``.
+
+The noise threshold follows ``torch.utils.benchmark`` (IQR above 10 % of the median is flagged), and
+:meth:`Measurement.from_torch` converts its results so both can sit in one table. Comparisons of two
+measurements are decided by :mod:`helpers.verdict`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import itertools
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from .device import DeviceLike, choose_device, sync
+from .checks import check_callable, check_int, check_number
+from .device import DeviceLike, Load, LoadMeter, choose_device, last_level_cache_bytes, sync
+from .modes import pick
 
 #: An IQR larger than this fraction of the median marks a measurement as noisy (as torch.utils.benchmark does).
 NOISE_THRESHOLD = 0.10
+#: A fastest sample below this fraction of the median also marks it noisy: most samples were delayed.
+MIN_TO_MEDIAN = 0.5
+#: Samples wanted before a budget may stop the sampling (when they fit in it).
+MIN_SAMPLES = 3
+#: A table (``compare``) whose rows are noisy in more than this share says so once.
+MOSTLY_NOISY = 0.5
+#: Default time budget per measurement, in seconds: (quick mode, full mode).
+DEFAULT_BUDGET = (1.0, 3.0)
 
 _UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
+_ADVICE = "close other programs (a browser, an IDE indexing files), wait a minute and re-run the cell"
+
+
+def time_unit(seconds: float) -> tuple[float, str]:
+    """The unit :func:`format_seconds` would print ``seconds`` in: ``(scale, name)``, e.g. ``(1e-3, 'ms')``."""
+    return next(((sc, un) for sc, un in _UNITS if seconds >= sc), _UNITS[-1])
+
+
+def default_budget() -> float:
+    """Seconds one measurement may take by default: about a second in quick mode, a few in full mode."""
+    return pick(*DEFAULT_BUDGET)
 
 
 def format_seconds(seconds: float, digits: int = 3) -> str:
@@ -60,6 +92,10 @@ class Measurement:
 
     ``samples`` are seconds *per call* (each sample timed ``number`` calls and divided by ``number``).
     ``items`` is how many inputs one call processes (the batch size), for throughput.
+    ``budget`` is the time budget it ran under (None: unlimited); ``budget_limited`` is True when the budget
+    cut it below :data:`MIN_SAMPLES` samples (a call too long for it). ``load`` is how busy the machine was
+    while the samples were taken (:class:`helpers.device.Load` as a dict). ``group`` is shared by
+    measurements taken interleaved (:func:`interleaved`): their samples are paired by position.
     """
 
     samples: tuple[float, ...]
@@ -69,6 +105,11 @@ class Measurement:
     device: str = "cpu"
     timer: str = "perf_counter"
     items: int | None = None
+    budget: float | None = None
+    budget_limited: bool = False
+    load: dict[str, Any] | None = None
+    group: str | None = None
+    cache_flushed: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -146,9 +187,37 @@ class Measurement:
         return self.iqr / self.median if self.median > 0 else 0.0
 
     @property
+    def busy(self) -> bool:
+        """True when the machine was busy while the samples were taken (see :class:`helpers.device.Load`)."""
+        return bool(self.load and self.load.get("busy"))
+
+    def noise_reasons(self) -> list[str]:
+        """Why these samples should not be trusted as they are: one short clause per symptom (empty if none)."""
+        reasons = []
+        if self.relative_iqr > NOISE_THRESHOLD:
+            reasons.append(f"IQR is {self.relative_iqr:.0%} of the median")
+        if self.n >= MIN_SAMPLES and self.median > 0 and self.min < MIN_TO_MEDIAN * self.median:
+            reasons.append(f"the fastest sample took {self.min / self.median:.0%} of the median: most samples "
+                           "were delayed by something else")
+        if self.busy:
+            reasons.append(Load(**{k: v for k, v in self.load.items() if k != "busy"}).reason() or "busy")
+        return reasons
+
+    @property
     def noisy(self) -> bool:
-        """True when the IQR is above ``NOISE_THRESHOLD`` of the median: re-run, or close other programs."""
-        return self.relative_iqr > NOISE_THRESHOLD
+        """True when :meth:`noise_reasons` finds anything: re-run, or close other programs (see ``advice``)."""
+        return bool(self.noise_reasons())
+
+    @property
+    def advice(self) -> str | None:
+        """What to do about a noisy or budget-limited measurement, in one line; None when there is nothing."""
+        parts = []
+        if self.budget_limited:
+            parts.append(f"one call takes longer than the {format_seconds(self.budget or 0)} budget, so only "
+                         f"{self.n} sample(s) were taken: too few to compare; pass budget= to take more")
+        if self.noisy:
+            parts.append("; ".join(self.noise_reasons()) + f" — {_ADVICE}")
+        return ". ".join(parts) + "." if parts else None
 
     @property
     def throughput(self) -> float | None:
@@ -160,14 +229,17 @@ class Measurement:
         text = (
             f"{self.label or 'measurement'}: median {format_seconds(self.median)}"
             f" (IQR {format_seconds(self.iqr)}, p95 {format_seconds(self.p95)};"
-            f" {self.n} samples × {self.number} call{'s' if self.number != 1 else ''}, {self.timer})"
+            f" {self.n} sample{'s' if self.n != 1 else ''} × {self.number} call{'s' if self.number != 1 else ''},"
+            f" {self.timer})"
         )
         if self.throughput is not None:
             text += f", {format_rate(self.throughput)}"
         if self.first_call is not None:
             text += f"; first call {format_seconds(self.first_call)}"
+        if self.budget_limited:
+            text += f"  ⚠ budget-limited: a call is longer than the {format_seconds(self.budget or 0)} budget"
         if self.noisy:
-            text += f"  ⚠ noisy: IQR is {self.relative_iqr:.0%} of the median"
+            text += "  ⚠ noisy: " + "; ".join(self.noise_reasons())
         return text
 
     def __repr__(self) -> str:
@@ -187,7 +259,41 @@ class Measurement:
         return data
 
 
-def _infer_device(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> torch.device:
+def noise_note(measurements: Sequence[Measurement]) -> str | None:
+    """One line for a table whose rows are mostly noisy (more than :data:`MOSTLY_NOISY` of them), saying why
+    and what to do; None otherwise. :func:`compare` prints it under its table."""
+    noisy = [m for m in measurements if m.noisy]
+    if not measurements or len(noisy) <= MOSTLY_NOISY * len(measurements):
+        return None
+    busy = next((m for m in noisy if m.busy), None)
+    why = (Load(**{k: v for k, v in busy.load.items() if k != "busy"}).reason() if busy is not None
+           else "their samples spread widely")
+    return f"⚠ {len(noisy)} of {len(measurements)} rows are noisy ({why}): {_ADVICE}; until then, read the " \
+           "comparisons as uncertain."
+
+
+def sweep_warning(xs: Sequence[Any], measurements: Sequence[Measurement], increasing: bool = True) -> str | None:
+    """For a sweep whose time should grow with ``xs`` (more work per call): one line naming the steps where it
+    fell instead, decided by :func:`helpers.verdict.verdict` (so noise is not called a drop); None when the
+    sweep behaves. Usually a busy machine: a delayed small size, or a large one that ran alone."""
+    from .verdict import verdict
+
+    if len(xs) != len(measurements):
+        raise ValueError(f"xs has {len(xs)} values but there are {len(measurements)} measurements; pass one each.")
+    drops = []
+    for (x0, m0), (x1, m1) in itertools.pairwise(zip(xs, measurements, strict=True)):
+        v = verdict(m1, m0)
+        if (v.outcome == "faster") if increasing else (v.outcome == "slower"):
+            drops.append(f"{x0} → {x1} ({v.ratio:.2f}× less time)" if increasing else f"{x0} → {x1}")
+    if not drops:
+        return None
+    busy = any(m.busy for m in measurements)
+    return (f"⚠ the time fell where more work should take longer: {', '.join(drops)}; "
+            + ("the machine was busy during the sweep — " if busy else "likely another program took CPU time — ")
+            + f"{_ADVICE}.")
+
+
+def _infer_device(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> torch.device:
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
             return value.device
@@ -197,24 +303,42 @@ def _infer_device(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     return choose_device()  # a closure over its tensors: pass device= when it is not the default device
 
 
-def _check_int(name: str, value: Any, minimum: int, hint: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} is not allowed: {name} must be an integer ≥ {minimum}; {hint}")
+def _autograd(inference_mode: bool) -> contextlib.AbstractContextManager[Any]:
+    return torch.inference_mode() if inference_mode else contextlib.nullcontext()
 
 
-def timed_call(fn: Callable[..., Any], *args: Any, device: DeviceLike = None, **kwargs: Any) -> tuple[float, Any]:
-    """Time one call of ``fn(*args)`` under ``torch.inference_mode()``, synchronised before and after, and
-    return ``(seconds, result)``: for a first call (a compile, an export) that must be timed apart and whose
-    result is then checked, which :func:`benchmark` would only time."""
-    if not callable(fn):
-        raise TypeError(f"timed_call() needs a callable, got {type(fn).__name__}.")
+def timed_call(fn: Callable[..., Any], *args: Any, device: DeviceLike = None, inference_mode: bool = False,
+               **kwargs: Any) -> tuple[float, Any]:
+    """Time one call of ``fn(*args)``, synchronised before and after, and return ``(seconds, result)``: for a
+    first call (a compile, an export) that must be timed apart and whose result is then checked, which
+    :func:`benchmark` would only time. It runs in the caller's autograd state, as :func:`benchmark` does
+    (``inference_mode=True`` wraps the call in ``torch.inference_mode()``); :func:`benchmark` times its own
+    first call with this function."""
+    check_callable("fn", fn, "pass the function itself, not its result.")
     dev = choose_device(device) if device is not None else _infer_device(fn, args, kwargs)
     sync(dev)
     start = time.perf_counter()
-    with torch.inference_mode():
+    with _autograd(inference_mode):
         result = fn(*args, **kwargs)
     sync(dev)
     return time.perf_counter() - start, result
+
+
+class _CacheFlusher:
+    """Overwrites a buffer twice the size of the device's last cache (the GPU's L2, the CPU's last level) before
+    each sample, as ``triton.testing.do_bench`` does, so memory-bound work smaller than the cache is timed cold."""
+
+    def __init__(self, dev: torch.device) -> None:
+        if dev.type == "cuda":
+            l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 256 * 2**20
+            nbytes = 2 * l2
+        else:
+            nbytes = min(2 * (last_level_cache_bytes() or 64 * 2**20), 512 * 2**20)
+        self.nbytes = int(nbytes)
+        self.buffer = torch.empty(self.nbytes // 4, dtype=torch.int32, device=dev)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
 
 
 def benchmark(
@@ -226,111 +350,254 @@ def benchmark(
     repeats: int = 20,
     number: int | None = None,
     min_sample_time: float = 1e-3,
-    max_time: float | None = None,
+    budget: float | None | str = "default",
     items: int | None = None,
+    flush_cache: bool = False,
+    inference_mode: bool = False,
     **kwargs: Any,
 ) -> Measurement:
     """Time ``fn(*args, **kwargs)`` the right way and return a :class:`Measurement`.
 
-    1. the first call is timed on its own (``first_call``), synchronised;
-    2. ``warmup`` more calls run untimed; they also estimate the per-call time;
-    3. ``repeats`` samples are taken, each of ``number`` calls (chosen so a sample lasts at least
+    1. the first call is timed on its own (``first_call``, with :func:`timed_call`), synchronised;
+    2. up to ``warmup`` more calls run untimed (they also estimate the per-call time);
+    3. up to ``repeats`` samples are taken, each of ``number`` calls (chosen so a sample lasts at least
        ``min_sample_time`` unless given), with the garbage collector paused;
-    4. on CUDA each sample is bracketed by CUDA events (one synchronisation at the end); elsewhere by
-       ``time.perf_counter`` with a device sync before the clock stops.
+    4. on CUDA each sample is bracketed by CUDA events, the samples queued back to back (how many fit the budget
+       is fixed from the warm-up's estimate, as ``do_bench`` does); elsewhere by ``time.perf_counter`` with a
+       device sync before the clock stops.
 
+    ``budget`` (seconds; default :func:`default_budget`, about 1 s quick and 3 s full) bounds steps 2–3:
+    sampling stops once the next sample would not fit, after :data:`MIN_SAMPLES` samples when they fit. A
+    first call longer than the budget skips the warm-up and takes one sample (``budget_limited``). An explicit
+    ``number`` or ``repeats`` never runs past the budget; ``budget=None`` removes the limit.
+    ``flush_cache=True`` overwrites a buffer twice the last cache's size (GPU L2, CPU last level) before each
+    sample, outside the timed region, and takes one call per sample: memory-bound work smaller than the
+    cache is then timed cold, as ``triton.testing.do_bench`` does.
     ``device`` defaults to the device of the first tensor argument (or the module's parameters), else to
     ``choose_device()``: pass it explicitly when timing a closure that runs elsewhere.
-    ``max_time`` (seconds) stops sampling early once at least 3 samples are in, to keep quick runs quick.
     ``items`` (inputs per call, e.g. the batch size) enables ``Measurement.throughput``.
+    ``inference_mode=True`` runs every call under ``torch.inference_mode()`` (else the caller's autograd state).
     """
-    if not callable(fn):
-        raise TypeError(
-            f"benchmark() needs a callable, got {type(fn).__name__}; pass the function itself "
-            "(benchmark(model, x)), not its result (benchmark(model(x)))."
-        )
-    _check_int("warmup", warmup, 0, "use 0 to skip warm-up.")
-    _check_int("repeats", repeats, 1, "take at least one sample (20 or more for a stable median).")
+    check_callable("fn", fn, "pass the function itself (benchmark(model, x)), not its result (benchmark(model(x))).")
+    check_int("warmup", warmup, 0, hint="use 0 to skip warm-up.")
+    check_int("repeats", repeats, 1, hint="take at least one sample (20 or more for a stable median).")
     if number is not None:
-        _check_int("number", number, 1, "or leave it as None to choose it automatically.")
+        check_int("number", number, 1, hint="or leave it as None to choose it automatically.")
     if items is not None:
-        _check_int("items", items, 1, "pass the batch size, or None.")
-    if not min_sample_time > 0:
-        raise ValueError(f"min_sample_time={min_sample_time!r} must be a positive number of seconds.")
-    if max_time is not None and not max_time > 0:
-        raise ValueError(f"max_time={max_time!r} must be a positive number of seconds, or None.")
-
+        check_int("items", items, 1, hint="pass the batch size, or None.")
+    check_number("min_sample_time", min_sample_time, positive=True, hint="pass seconds, e.g. 1e-3.")
+    budget = default_budget() if budget == "default" else budget
+    check_number("budget", budget, positive=True, allow_none=True,
+                 hint="pass seconds for the whole measurement, or None for no limit.")
     dev = choose_device(device) if device is not None else _infer_device(fn, args, kwargs)
+    limit = math.inf if budget is None else float(budget)
 
     def call() -> Any:
         return fn(*args, **kwargs)
 
-    # 1. first call, on its own
-    sync(dev)
-    start = time.perf_counter()
-    call()
-    sync(dev)
-    first_call = time.perf_counter() - start
+    with _autograd(inference_mode):
+        # 1. the first call, on its own
+        first_call, _ = timed_call(call, device=dev)
+        begin = time.perf_counter()
+        too_long = first_call >= limit
+        # 2. warm-up within the budget, timed individually to estimate the per-call cost
+        estimate = first_call
+        for _ in range(0 if too_long else warmup):
+            if time.perf_counter() - begin + estimate > limit / 2:
+                break  # keep at least half the budget for samples
+            start = time.perf_counter()
+            call()
+            sync(dev)
+            estimate = min(estimate, time.perf_counter() - start)
+        flusher = _CacheFlusher(dev) if flush_cache else None
+        if flusher is not None:
+            number = 1
+        elif number is None:
+            number = max(1, math.ceil(min_sample_time / max(estimate, 1e-9)))
+            if math.isfinite(limit):  # MIN_SAMPLES samples must fit in the budget
+                number = max(1, min(number, math.floor(limit / (MIN_SAMPLES * max(estimate, 1e-9)))))
+            number = min(number, 1_000_000)
+        samples, timer, load = _take_samples(call, dev, number, 1 if too_long else repeats, limit, begin,
+                                             estimate, flusher)
+    return Measurement(
+        samples=tuple(samples), label=label, number=number, first_call=first_call, device=str(dev), timer=timer,
+        items=items, budget=budget, budget_limited=len(samples) < min(MIN_SAMPLES, repeats),
+        load=load.to_dict(), cache_flushed=flusher is not None,
+    )
 
-    # 2. warm-up, timed individually to estimate the per-call cost
-    estimate = first_call
-    for _ in range(warmup):
-        start = time.perf_counter()
-        call()
-        sync(dev)
-        estimate = min(estimate, time.perf_counter() - start)
-    if number is None:
-        number = max(1, math.ceil(min_sample_time / max(estimate, 1e-9)))
-        number = min(number, 1_000_000)
 
-    # 3. samples
+def _take_samples(call: Callable[[], Any], dev: torch.device, number: int, repeats: int, limit: float,
+                  begin: float, estimate: float, flusher: _CacheFlusher | None) -> tuple[list[float], str, Load]:
+    """Step 3 of :func:`benchmark`: up to ``repeats`` samples of ``number`` calls, until the next one would
+    not fit in the budget (``limit`` seconds after ``begin``). Returns the samples, the timer and the load."""
     samples: list[float] = []
+    expected = estimate * number
     gc_was_enabled = gc.isenabled()
     gc.disable()
-    begin = time.perf_counter()
+    meter = LoadMeter()
     try:
         if dev.type == "cuda":
+            # As triton's do_bench: the count that fits the budget is fixed from the warm-up's estimate, and the
+            # samples are queued back to back (a sync per sample would idle the GPU between samples).
+            remaining = limit - (time.perf_counter() - begin)
+            if math.isfinite(remaining):
+                repeats = max(1, min(repeats, math.floor(remaining / max(expected, 1e-9))))
             events = []
             with torch.cuda.device(dev):  # events are recorded on this device's current stream
                 for _ in range(repeats):
-                    start_event = torch.cuda.Event(enable_timing=True)
-                    end_event = torch.cuda.Event(enable_timing=True)
+                    if flusher is not None:
+                        flusher()
+                    start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start_event.record()
                     for _ in range(number):
                         call()
                     end_event.record()
                     events.append((start_event, end_event))
-                    if max_time is not None:
-                        end_event.synchronize()  # the host clock must see finished work, not queued work
-                        if len(events) >= 3 and time.perf_counter() - begin > max_time:
-                            break
             torch.cuda.synchronize(dev)
             samples = [s.elapsed_time(e) / 1e3 / number for s, e in events]
             timer = "cuda events"
         else:
             for _ in range(repeats):
+                if flusher is not None:
+                    flusher()
+                    sync(dev)
                 start = time.perf_counter()
                 for _ in range(number):
                     call()
                 sync(dev)
-                samples.append((time.perf_counter() - start) / number)
-                if max_time is not None and len(samples) >= 3 and time.perf_counter() - begin > max_time:
+                elapsed = time.perf_counter() - start
+                samples.append(elapsed / number)
+                if time.perf_counter() - begin + min(elapsed, expected) > limit:
                     break
             timer = "perf_counter"
     finally:
         if gc_was_enabled:
             gc.enable()
-    return Measurement(
-        samples=tuple(samples), label=label, number=number, first_call=first_call,
-        device=str(dev), timer=timer, items=items,
-    )
+    return samples, timer, meter.stop()
+
+
+def interleaved(
+    candidates: Mapping[str, Callable[[], Any]],
+    *,
+    device: DeviceLike = None,
+    warmup: int = 3,
+    repeats: int = 20,
+    min_sample_time: float = 1e-3,
+    budget: float | None | str = "default",
+    items: int | Mapping[str, int] | None = None,
+    inference_mode: bool = False,
+) -> dict[str, Measurement]:
+    """Time several candidates *alternately*: round after round, one sample of each, the order rotating, so
+    drift (a laptop's clock, another program, a warming cache) hits every candidate alike. Returns one
+    :class:`Measurement` per label, sharing a ``group``: :func:`helpers.verdict.verdict` then compares them
+    round by round (paired), which removes the drift that separate cells cannot.
+
+    ``candidates`` maps a label to a zero-argument callable (``lambda: model(x)``). Each first call is timed
+    apart, each candidate gets its own ``number`` calls per sample, and ``budget`` (default: the per-
+    measurement budget times the number of candidates) bounds the warm-up and all rounds.
+    """
+    if not isinstance(candidates, Mapping) or len(candidates) < 2:
+        raise ValueError("interleaved() needs a dict of at least two labelled callables: {'eager': lambda: ..., ...}.")
+    for name, fn in candidates.items():
+        check_callable(f"candidates[{name!r}]", fn, "map each label to a zero-argument callable.")
+    check_int("warmup", warmup, 0, hint="use 0 to skip warm-up.")
+    check_int("repeats", repeats, 1, hint="the number of rounds (20 or more for a stable median).")
+    budget = default_budget() * len(candidates) if budget == "default" else budget
+    check_number("budget", budget, positive=True, allow_none=True, hint="pass seconds for all rounds, or None.")
+    dev = choose_device(device)
+    limit = math.inf if budget is None else float(budget)
+    labels = list(candidates)
+    first, estimate, number = {}, {}, {}
+    with _autograd(inference_mode):
+        for name in labels:
+            first[name], _ = timed_call(candidates[name], device=dev)
+        begin = time.perf_counter()
+        for name in labels:
+            estimate[name] = first[name]
+            for _ in range(warmup):
+                if time.perf_counter() - begin > limit / 4:
+                    break
+                seconds, _ = timed_call(candidates[name], device=dev)
+                estimate[name] = min(estimate[name], seconds)
+            number[name] = max(1, math.ceil(min_sample_time / max(estimate[name], 1e-9)))
+        per_round = sum(estimate[n] * number[n] for n in labels)
+        samples: dict[str, list[float]] = {n: [] for n in labels}
+        meter = LoadMeter()
+        for r in range(repeats):
+            if r and time.perf_counter() - begin + per_round > limit:
+                break
+            for name in labels[r % len(labels):] + labels[:r % len(labels)]:
+                seconds, _ = timed_call(lambda name=name: [candidates[name]() for _ in range(number[name])], device=dev)
+                samples[name].append(seconds / number[name])
+        load = meter.stop().to_dict()
+    group = f"interleaved-{time.time_ns()}"
+    per_item = items if isinstance(items, Mapping) else dict.fromkeys(labels, items)
+    return {name: Measurement(samples=tuple(samples[name]), label=name, number=number[name],
+                              first_call=first[name], device=str(dev), items=per_item.get(name), budget=budget,
+                              budget_limited=len(samples[name]) < min(MIN_SAMPLES, repeats), load=load, group=group)
+            for name in labels}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What :func:`fit_to_budget` found: the largest size whose one call fits ``limit`` seconds, the seconds
+    each timed size took, and the predicted seconds of the sizes it did not dare to run."""
+
+    size: Any | None
+    timed: dict[Any, float]
+    predicted: dict[Any, float]
+    limit: float
+
+    @property
+    def skipped(self) -> list[Any]:
+        return list(self.predicted)
+
+    def summary(self) -> str:
+        parts = [f"{s}: {format_seconds(t)}" for s, t in self.timed.items()]
+        parts += [f"{s}: ~{format_seconds(t)} predicted, not run" for s, t in self.predicted.items()]
+        return f"one call per size ({', '.join(parts)}); limit {format_seconds(self.limit)} per call"
+
+
+def fit_to_budget(make_call: Callable[[Any], Callable[[], Any]], sizes: Sequence[int], *, limit: float | None = None,
+                  exponent: float = 3.0, device: DeviceLike = None) -> Probe:
+    """Probe a case that can be catastrophically slow on some hardware (fp16 on a CPU without fp16 units,
+    int8 without VNNI) before timing it: time ONE call at the smallest size, predict the next size's call
+    from it (``time × (next / size) ** exponent``: 3 for a square matmul, 1 for a copy), and go up only while
+    the prediction fits ``limit`` (default: a third of the budget, so :data:`MIN_SAMPLES` samples fit).
+    ``make_call(size)`` returns the zero-argument call to time; each size run gets two calls (a cold one, then
+    the timed one). Nothing predicted over the limit is ever run."""
+    check_callable("make_call", make_call, "pass a function size -> zero-argument callable.")
+    if not sizes or any(isinstance(s, bool) or not isinstance(s, int | float) or s <= 0 for s in sizes):
+        raise ValueError(f"sizes={sizes!r} is not allowed: pass positive sizes, e.g. [256, 1024, 2048].")
+    limit = default_budget() / MIN_SAMPLES if limit is None else limit
+    check_number("limit", limit, positive=True, hint="pass the seconds one call may take.")
+    dev = choose_device(device)
+    ordered = sorted(sizes)
+    timed: dict[Any, float] = {}
+    predicted: dict[Any, float] = {}
+    last = None
+    for size in ordered:
+        if last is not None:
+            guess = timed[last] * (size / last) ** exponent
+            if guess > limit or predicted or timed[last] > limit:
+                predicted[size] = guess
+                continue
+        call = make_call(size)
+        timed_call(call, device=dev)  # a cold first call (allocation, packing) is not the per-call time
+        timed[size], _ = timed_call(call, device=dev)
+        last = size
+    fits = [s for s, t in timed.items() if t <= limit]
+    return Probe(size=max(fits) if fits else None, timed=timed, predicted=predicted, limit=limit)
 
 
 def compare(measurements: Sequence[Measurement], baseline: int | str | None = 0) -> Any:
-    """A table (pandas DataFrame) of measurements with the speed-up of each against ``baseline``
-    (an index or a label; ``None`` for a table of unrelated workloads, without speed-ups).
-    Speed-ups are ratios of medians, measured here, never typed in."""
+    """A table (pandas DataFrame) of measurements, each judged against ``baseline`` (an index or a label;
+    ``None`` for a table of unrelated workloads) by :func:`helpers.verdict.verdict`: the speed-up (ratio of
+    medians), its interval and the verdict (faster, slower, within noise, too few samples). Prints one line
+    under the table when most rows are noisy."""
     import pandas as pd
+
+    from .verdict import verdict
 
     if not measurements:
         raise ValueError("compare() needs at least one Measurement.")
@@ -342,19 +609,26 @@ def compare(measurements: Sequence[Measurement], baseline: int | str | None = 0)
             raise ValueError(f"baseline {baseline!r} is not one of the labels {labels}.")
         base = measurements[labels.index(baseline)]
     else:
-        if not -len(measurements) <= baseline < len(measurements):
+        if isinstance(baseline, bool) or not -len(measurements) <= baseline < len(measurements):
             raise ValueError(f"baseline={baseline} is not an index of the {len(measurements)} measurements.")
         base = measurements[baseline]
     rows = []
     for m in measurements:
-        rows.append({
+        row = {
             "variant": m.label,
             "median": format_seconds(m.median),
             "IQR": format_seconds(m.iqr),
             "p95": format_seconds(m.p95),
             "first call": format_seconds(m.first_call) if m.first_call is not None else "",
-            "speed-up": round(base.median / m.median, 2) if base is not None and m.median > 0 else None,
             "noisy": "⚠" if m.noisy else "",
-        })
-    table = pd.DataFrame(rows).set_index("variant")
-    return table.drop(columns="speed-up") if base is None else table
+        }
+        if base is not None:
+            v = verdict(m, base)
+            row["speed-up"] = round(v.ratio, 2) if m is not base else 1.0
+            row["interval"] = f"{v.low:.2f}–{v.high:.2f}" if m is not base and math.isfinite(v.low) else ""
+            row["verdict"] = "baseline" if m is base else v.outcome
+        rows.append(row)
+    note = noise_note(measurements)
+    if note:
+        print(note)
+    return pd.DataFrame(rows).set_index("variant")

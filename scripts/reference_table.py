@@ -17,6 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from helpers.roofline import (  # noqa: E402  (the names notebook 00 records the roofline under)
+    BANDWIDTH_VARIANT,
+    DISPATCH_VARIANT,
+    ROOF_EXPERIMENT,
+    ROOF_NOTEBOOK,
+    matmul_variant,
+)
+
 REFERENCE = REPO / "data" / "reference"
 README = REPO / "README.md"
 START, END = "<!-- reference-table:start -->", "<!-- reference-table:end -->"
@@ -56,10 +65,12 @@ def _best_throughput(records: Records) -> float | None:
 
 
 COLUMNS: list[tuple[str, Callable[[Records], float | None], str]] = [
-    ("fp32 matmul (TFLOP/s)", _metric("00_environment", "roofline", "matmul fp32", "flops", 1e-12), "{:.2f}"),
-    ("bf16 matmul (TFLOP/s)", _metric("00_environment", "roofline", "matmul bf16", "flops", 1e-12), "{:.1f}"),
-    ("memory (GB/s)", _metric("00_environment", "roofline", "memory bandwidth", "bytes_per_s", 1e-9), "{:.0f}"),
-    ("per-op launch/dispatch (µs)", _metric("00_environment", "roofline", "dispatch latency", "seconds", 1e6),
+    ("fp32 matmul (TFLOP/s)", _metric(ROOF_NOTEBOOK, ROOF_EXPERIMENT, matmul_variant("fp32"), "flops", 1e-12),
+     "{:.2f}"),
+    ("bf16 matmul (TFLOP/s)", _metric(ROOF_NOTEBOOK, ROOF_EXPERIMENT, matmul_variant("bf16"), "flops", 1e-12),
+     "{:.1f}"),
+    ("memory (GB/s)", _metric(ROOF_NOTEBOOK, ROOF_EXPERIMENT, BANDWIDTH_VARIANT, "bytes_per_s", 1e-9), "{:.0f}"),
+    ("per-op launch/dispatch (µs)", _metric(ROOF_NOTEBOOK, ROOF_EXPERIMENT, DISPATCH_VARIANT, "seconds", 1e6),
      "{:.1f}"),
     ("resnet18, 1 image (ms)", lambda r: (lambda m: m * 1e3 if m else None)(
         _median(r, "00_environment", "timing", "resnet18 steady state")), "{:.2f}"),

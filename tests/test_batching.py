@@ -56,6 +56,8 @@ def test_oom_safe_search_with_a_simulated_limit():
 def test_memory_is_freed_after_the_failed_attempt_is_dropped(monkeypatch):
     import weakref
 
+    from helpers import oom
+
     alive_at_free = []
     refs = []
 
@@ -65,7 +67,7 @@ def test_memory_is_freed_after_the_failed_attempt_is_dropped(monkeypatch):
         if b > 1:
             raise torch.OutOfMemoryError("simulated")
 
-    monkeypatch.setattr(batching, "_free_after_oom", lambda: alive_at_free.append(refs[-1]() is not None))
+    monkeypatch.setattr(oom, "free_memory", lambda device=None: alive_at_free.append(refs[-1]() is not None))
     batching.largest_fitting_batch(try_batch, limit=2)
     assert alive_at_free == [False]  # the failed attempt's tensor was already released when memory was freed
 

@@ -76,12 +76,87 @@ def test_beyond_cache_is_at_least_the_minimum():
 
 def test_measure_roofline_quick():
     rf = rl.measure_roofline("cpu")
-    assert set(rf.peak_flops) == {"fp32", "bf16"}
+    assert set(rf.peak_flops) == {"fp32", "bf16", "int8"}
     assert rf.bandwidth > 0 and rf.dispatch_latency > 0 and not rf.h2d_bandwidth
-    assert len(rf.measurements) == 4
+    assert len(rf.measurements) == 5
+    assert set(rf.spread) == {"fp32", "bf16", "int8", "bandwidth", "dispatch"}
+    assert rf.sizes["fp32"] in rl.default_sizes("cpu")
     table = rf.table()
-    assert "memory bandwidth" in table.index and "ridge point fp32" in table.index
+    assert rl.BANDWIDTH_VARIANT in table.index and "ridge point fp32" in table.index
     assert rf.to_dict()["machine_id"] == rf.machine_id
+    assert rl.roofline_path("cpu").exists(), "measure_roofline stores what it measured"
+
+
+def test_the_compute_roof_is_the_best_of_its_sizes():
+    roof, m, skipped = rl.matmul_roof("fp32", "cpu", sizes=[64, 128, 256], budget=0.3)
+    n = int(m.label.split()[1].split("×")[0])
+    assert roof == pytest.approx(2 * n**3 / m.min)
+    for size in (64, 128, 256):
+        if size not in skipped and size != n:
+            assert rl.matmul_flops("fp32", "cpu", n=size, budget=0.3)[0] <= roof * 1.5  # the best, within noise
+
+
+def test_roof_is_stored_and_reused_not_remeasured(monkeypatch, capsys):
+    stored = synthetic()
+    stored.mode, stored.torch, stored.threads = "quick", torch.__version__, torch.get_num_threads()
+    stored.device, stored.machine_id = "cpu", rl.machine_id("cpu")
+    stored.peak_flops["int8"] = 50e9
+    rl.save_roofline(stored)
+
+    def must_not_measure(*args, **kwargs):
+        raise AssertionError("a stored, clean roofline must be reused, not measured again")
+
+    monkeypatch.setattr(rl, "measure_roofline", must_not_measure)
+    rf = rl.get_roofline("cpu")
+    assert rf.origin == "stored" and rf.peak_flops == stored.peak_flops and rf.bandwidth == stored.bandwidth
+    assert "stored" in capsys.readouterr().out
+    monkeypatch.setenv("COURSE_MODE", "full")  # a quick-mode roof (smaller sizes) does not serve full mode
+    with pytest.raises(AssertionError, match="reused"):
+        rl.get_roofline("cpu")
+
+
+def test_a_noisy_or_foreign_roof_is_measured_again_and_keeps_the_better_value(monkeypatch):
+    stored = synthetic()
+    stored.mode, stored.torch, stored.threads = "quick", torch.__version__, torch.get_num_threads()
+    stored.device, stored.machine_id = "cpu", rl.machine_id("cpu")
+    stored.peak_flops = {"fp32": 1e15, "bf16": 1.0, "int8": 1.0}  # an fp32 roof no CPU reaches: it must be kept
+    stored.noisy = ["bandwidth"]
+    rl.save_roofline(stored)
+    rf = rl.get_roofline("cpu")
+    assert rf.origin == "measured" and rf.remeasures == 1
+    assert rf.peak_flops["fp32"] == 1e15 and rf.peak_flops["bf16"] > 1.0  # each roof: the better value
+    again = rl.load_roofline("cpu")
+    assert again.peak_flops["fp32"] == 1e15 and again.remeasures == 1
+    stored.torch = "0.0.0"  # another torch: not reused, and not merged either
+    rl.save_roofline(stored)
+    assert rl.get_roofline("cpu").peak_flops["fp32"] < 1e15
+
+
+def test_a_corrupt_stored_roof_is_ignored():
+    path = rl.roofline_path("cpu")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{ half a file")
+    assert rl.load_roofline("cpu") is None
+
+
+def test_above_the_roof_is_clamped_and_explained_for_its_bound_and_device():
+    rf = synthetic()
+    rf.cache_bytes = 32 * 2**20
+    small = rf.place(*rl.elementwise_cost(1000, 1, inputs=2), seconds=1e-7)  # 120 GB/s against a 10 GB/s roof
+    assert small["above_roof"] and small["shown_fraction"] == 1.0 and small["fraction_of_bound"] > 1
+    assert "fits in the CPU caches" in small["explanation"] and "drawn at 100 %" in small["explanation"]
+    gemm = rf.place(*rl.matmul_cost(512, 512, 512), seconds=2 * 512**3 / 150e9)
+    assert gemm["bound"] == "compute" and "not a cache effect" in gemm["explanation"]
+    rf.device = "cuda:0"
+    assert "L2 cache" in rf.place(*rl.elementwise_cost(1000, 1, inputs=2), seconds=1e-7)["explanation"]
+    assert rf.place(1e6, 8e6, seconds=1.0)["explanation"] is None
+
+
+def test_roof_records_use_the_names_readers_parse():
+    rf = synthetic()
+    variants = {r["variant"] for r in rf.records()}
+    assert {rl.matmul_variant("fp32"), rl.matmul_variant("bf16"), rl.BANDWIDTH_VARIANT, rl.DISPATCH_VARIANT} <= variants
+    assert {r["experiment"] for r in rf.records()} == {rl.ROOF_EXPERIMENT}
 
 
 def test_h2d_needs_a_gpu(no_gpu):

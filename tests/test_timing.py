@@ -58,9 +58,87 @@ def test_first_call_is_timed_apart():
     assert m.median < 0.05 and m.max < 0.2
 
 
-def test_max_time_stops_early_but_keeps_three_samples():
-    m = benchmark(time.sleep, 0.01, warmup=0, repeats=1000, max_time=0.05)
-    assert 3 <= m.n < 50
+# -- the time budget (these run in quick mode, set by conftest; each passes its budget explicitly) ------------
+
+def test_budget_stops_early_but_keeps_three_samples():
+    start = time.perf_counter()
+    m = benchmark(time.sleep, 0.01, warmup=0, repeats=1000, budget=0.1)
+    assert 3 <= m.n < 50 and not m.budget_limited and m.budget == 0.1
+    assert time.perf_counter() - start < 0.1 + 0.01 + 0.3  # the budget, the first call, slack for a busy machine
+
+
+def test_default_budget_follows_the_mode(monkeypatch):
+    from helpers.timing import DEFAULT_BUDGET, default_budget
+
+    assert default_budget() == DEFAULT_BUDGET[0]  # quick
+    monkeypatch.setenv("COURSE_MODE", "full")
+    assert default_budget() == DEFAULT_BUDGET[1]
+    m = benchmark(time.sleep, 0.001, repeats=3)
+    assert m.budget == DEFAULT_BUDGET[1]
+
+
+def test_a_call_longer_than_the_budget_gives_one_sample_and_says_so():
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.3)
+
+    start = time.perf_counter()
+    m = benchmark(slow, warmup=5, repeats=20, budget=0.05)  # a call six times the budget
+    assert len(calls) == 2 and m.n == 1 and m.first_call >= 0.3  # the first call, then one timed sample
+    assert m.budget_limited and "budget-limited" in m.summary() and "budget" in m.advice
+    assert time.perf_counter() - start < 2 * 0.3 + 0.5
+
+
+def test_explicit_number_and_repeats_never_run_past_the_budget():
+    m = benchmark(time.sleep, 0.02, warmup=0, repeats=100, number=2, budget=0.1)
+    assert m.number == 2 and 1 <= m.n <= 3
+
+
+def test_budget_none_runs_every_repeat():
+    m = benchmark(time.sleep, 0.002, warmup=0, repeats=30, number=1, budget=None)
+    assert m.n == 30 and m.budget is None and not m.budget_limited
+
+
+def test_probe_never_runs_a_size_predicted_over_the_limit():
+    from helpers.timing import fit_to_budget
+
+    ran = []
+
+    def make(n):  # a call whose cost grows as n³: 1e-3 s at n=10
+        return lambda: (ran.append(n), time.sleep(1e-3 * (n / 10) ** 3))
+
+    probe = fit_to_budget(make, [10, 20, 40, 80], limit=0.05, exponent=3)
+    assert probe.size == 20 and set(probe.timed) == {10, 20}
+    assert set(ran) == {10, 20}, "the 40 and 80 calls (64 ms and 512 ms predicted) must not run"
+    assert probe.predicted[40] == pytest.approx(0.064, rel=0.5) and 80 in probe.predicted
+    assert "not run" in probe.summary()
+
+
+def test_first_call_and_samples_share_the_callers_autograd_state():
+    from helpers.timing import timed_call
+
+    seen = []
+    record = lambda: seen.append((torch.is_grad_enabled(), torch.is_inference_mode_enabled()))  # noqa: E731
+    benchmark(record, warmup=1, repeats=2, budget=None)
+    assert set(seen) == {(True, False)}, "benchmark must not change the caller's autograd state"
+    seen.clear()
+    with torch.no_grad():
+        benchmark(record, warmup=1, repeats=2, budget=None)
+        timed_call(record)
+    assert set(seen) == {(False, False)}
+    seen.clear()
+    benchmark(record, warmup=1, repeats=2, budget=None, inference_mode=True)
+    timed_call(record, inference_mode=True)
+    assert set(seen) == {(False, True)}, "inference_mode=True applies to the first call and every sample"
+
+
+def test_flush_cache_takes_one_call_per_sample_and_flushes_outside_the_clock():
+    x = torch.randn(1024)
+    m = benchmark(torch.add, x, 1.0, repeats=5, budget=None, flush_cache=True)
+    assert m.cache_flushed and m.number == 1 and m.n == 5
+    assert m.median < 0.05  # the flush (a buffer twice the last cache) is not in the sample
 
 
 def test_torch_workload_and_items_give_throughput():
@@ -107,8 +185,46 @@ def test_statistics_agree_with_torch_utils_benchmark():
 def test_noise_flag():
     steady = Measurement.from_samples([1.0, 1.01, 0.99, 1.0, 1.02])
     noisy = Measurement.from_samples([1.0, 2.0, 1.0, 3.0, 1.5, 2.5])
-    assert not steady.noisy and "noisy" not in repr(steady)
-    assert noisy.noisy and "noisy" in repr(noisy)
+    assert not steady.noisy and "noisy" not in repr(steady) and steady.advice is None
+    assert noisy.noisy and "noisy" in repr(noisy) and "IQR" in noisy.advice and "re-run" in noisy.advice
+
+
+def test_noise_says_why_a_fastest_sample_far_below_the_median():
+    # the review's case: every sample waited for a time slice (~13.6 ms) except one (6.4 µs); a tight IQR
+    delayed = Measurement.from_samples([13.6e-3, 13.7e-3, 6.4e-6, 13.5e-3, 13.6e-3, 13.6e-3])
+    assert delayed.relative_iqr < 0.1 and delayed.noisy
+    assert "fastest sample" in delayed.advice and "delayed" in delayed.advice
+
+
+def test_noise_says_the_machine_was_busy():
+    busy_load = {"usable_cpus": 2, "seconds": 1.0, "others_cpus": 1.6, "steal": 0.0, "loadavg": 3.1, "busy": True}
+    m = Measurement.from_samples([1.0, 1.01, 0.99, 1.0], load=busy_load)
+    assert m.busy and m.noisy
+    assert "other processes used 1.6 of the 2 CPUs" in m.summary() and "close other programs" in m.advice
+
+
+def test_a_mostly_noisy_table_says_so_once(capsys):
+    from helpers.timing import noise_note
+
+    noisy = [Measurement.from_samples([1.0, 2.0, 1.0, 3.0], label=str(i)) for i in range(3)]
+    steady = Measurement.from_samples([1.0, 1.0, 1.0, 1.0], label="ok")
+    assert noise_note([steady, noisy[0]]) is None
+    note = noise_note([steady, *noisy])
+    assert note.startswith("⚠ 3 of 4 rows are noisy") and "re-run" in note
+    compare([steady, *noisy])
+    assert capsys.readouterr().out.count("rows are noisy") == 1
+
+
+def test_sweep_warning_names_a_drop_that_is_beyond_noise():
+    from helpers.timing import sweep_warning
+
+    def m(t):
+        return Measurement.from_samples(t * (1 + 0.01 * np.sin(np.arange(9))))
+
+    assert sweep_warning([1, 2, 4], [m(1e-3), m(2e-3), m(4e-3)]) is None
+    text = sweep_warning([1, 2, 4], [m(1e-3), m(2e-3), m(1e-3)])
+    assert "2 → 4" in text and "1 → 2" not in text
+    assert sweep_warning([1, 2], [m(1e-3), m(1.001e-3)]) is None  # within noise: not called a drop
 
 
 def test_to_dict_is_json_ready():
@@ -138,12 +254,15 @@ def test_format_rate_and_repr_units():
     assert "conv" in text and "2.00 ms" in text and "first call 1.50 s" in text and "items/s" in text
 
 
-def test_compare_speedups_come_from_medians():
-    slow = Measurement.from_samples([2.0, 2.0, 2.0], label="eager")
-    fast = Measurement.from_samples([0.5, 0.5, 0.5], label="compiled")
+def test_compare_speedups_come_from_medians_and_the_verdict():
+    slow = Measurement.from_samples([2.0, 2.1, 1.9, 2.0, 2.0, 2.05], label="eager")
+    fast = Measurement.from_samples([0.5, 0.51, 0.49, 0.5, 0.5, 0.52], label="compiled")
     table = compare([slow, fast], baseline="eager")
-    assert table.loc["eager", "speed-up"] == 1.0
+    assert table.loc["eager", "speed-up"] == 1.0 and table.loc["eager", "verdict"] == "baseline"
     assert table.loc["compiled", "speed-up"] == 4.0
+    assert table.loc["compiled", "verdict"] == "faster" and "–" in table.loc["compiled", "interval"]
+    few = Measurement.from_samples([0.5, 0.5, 0.5], label="three samples")
+    assert compare([slow, few]).loc["three samples", "verdict"] == "too few samples"
     assert "speed-up" not in compare([slow, fast], baseline=None).columns
     with pytest.raises(ValueError, match="baseline"):
         compare([slow, fast], baseline="missing")
@@ -161,7 +280,7 @@ def test_non_callable_is_refused_with_a_hint():
 
 @pytest.mark.parametrize("kwargs", [
     {"repeats": 0}, {"warmup": -1}, {"number": 0}, {"items": 0}, {"repeats": 2.5},
-    {"min_sample_time": 0}, {"max_time": -1},
+    {"min_sample_time": 0}, {"budget": -1}, {"budget": 0}, {"budget": math.inf}, {"budget": True},
 ])
 def test_bad_parameters_are_refused(kwargs):
     with pytest.raises(ValueError) as info:
@@ -186,6 +305,7 @@ def test_timed_call_returns_the_result_and_the_time():
 
     seconds, out = timed_call(lambda x: (time.sleep(0.01), x * 2)[1], torch.ones(3))
     assert seconds >= 0.01 and torch.equal(out, torch.full((3,), 2.0))
-    assert out.is_inference()  # run under inference_mode, as a served model is
+    assert not out.is_inference()  # the caller's autograd state, as benchmark's
+    assert timed_call(lambda x: x * 2, torch.ones(3), inference_mode=True)[1].is_inference()
     with pytest.raises(TypeError, match="callable"):
         timed_call(None)

@@ -1,0 +1,106 @@
+"""How long each notebook takes on this machine, against the course's run-time targets: a script, not a test.
+
+    .venv/bin/python scripts/runtimes.py [--mode quick|full] [--only 00 02] [--write] [--out DIR]
+
+Runs the notebooks one after another, each in a fresh Jupyter kernel (``scripts/full_run.py``, the path a
+learner's JupyterLab takes), in a fresh outputs folder, so compile caches start empty and notebook 00 stores
+the roofline the others reuse, as on a learner's first run. Prints one row per notebook (seconds, target,
+within it or not) and the total, and with ``--write`` stores the figures in this machine's
+``data/reference/<machine_id>.env.json`` (``notebooks.<name>.<mode>_seconds``; the file is created with the
+environment report, CPU features included, when it does not exist), which ``scripts/agenda.py`` turns into
+the README's run-time map. Exits 1 if a notebook failed; a notebook over its target is reported, not failed.
+
+Targets (DESIGN.md §6): quick mode ≤ 60 s per notebook on 2 CPU cores (90 s for the serving and shipping
+notebooks, which start servers or fresh processes) and ≤ 4 min for the eleven notebooks 00–10 together;
+full mode ≤ 6 min per notebook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+QUICK_TARGET, QUICK_TARGET_SLOW, FULL_TARGET = 60, 90, 360
+QUICK_TOTAL_TARGET, QUICK_TOTAL_NOTEBOOKS = 240, 11
+SLOW_TOPICS = ("serving", "shipping")
+
+
+def target(name: str, mode: str) -> int:
+    if mode == "full":
+        return FULL_TARGET
+    return QUICK_TARGET_SLOW if any(topic in name for topic in SLOW_TOPICS) else QUICK_TARGET
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mode", choices=("quick", "full"), default="quick")
+    parser.add_argument("--only", nargs="*", default=None, help="notebooks whose name starts so (e.g. 00 02)")
+    parser.add_argument("--write", action="store_true", help="store the figures in data/reference/<machine>.env.json")
+    parser.add_argument("--out", type=Path, default=None, help="keep the executed notebooks here (default: a temp dir)")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
+    return parser.parse_args(argv)
+
+
+def write_runtimes(summary: dict, mode: str, reference: Path = REPO / "data" / "reference") -> Path:
+    """Merge this run's seconds into ``<machine_id>.env.json`` (atomically), creating the file if needed."""
+    from helpers.paths import write_atomic
+
+    env = summary["environment"]
+    path = reference / f"{env['machine_id']}.env.json"
+    data = json.loads(path.read_text()) if path.exists() else {
+        "machine_id": env["machine_id"], "date": dt.date.today().isoformat(),
+        "how": "scripts/runtimes.py (each notebook in a fresh Jupyter kernel, empty compile caches)",
+        "environment": env, "notebooks": {}}
+    data.setdefault("environment", env).setdefault("cpu_features", env.get("cpu_features"))
+    data.setdefault("runtimes", {})[mode] = {"date": dt.date.today().isoformat(), "script": "scripts/runtimes.py"}
+    for name, result in summary["notebooks"].items():
+        if result["status"] == "ok":
+            data["notebooks"].setdefault(name, {})[f"{mode}_seconds"] = result["seconds"]
+    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    return path
+
+
+def report(summary: dict, mode: str) -> str:
+    rows = [f"{'notebook':<30} {'status':<7} {'seconds':>8} {'target':>7}  within?"]
+    for name, result in summary["notebooks"].items():
+        limit = target(name, mode)
+        ok = "yes" if result["status"] == "ok" and result["seconds"] <= limit else "NO"
+        rows.append(f"{name:<30} {result['status']:<7} {result['seconds']:>8.1f} {limit:>7}  {ok}")
+    total = sum(r["seconds"] for r in summary["notebooks"].values())
+    rows.append(f"{'total':<30} {'':<7} {total:>8.1f}" + (
+        f" {QUICK_TOTAL_TARGET:>7}  {'yes' if total <= QUICK_TOTAL_TARGET else 'NO'} (the {QUICK_TOTAL_NOTEBOOKS} "
+        "notebooks 00–10 together)" if mode == "quick" else ""))
+    env = summary["environment"]
+    rows.append(f"machine: {env['machine_id']} ({env['cpu']}, {env['usable_cpus']} CPUs, torch {env['torch']}); "
+                f"CPU features: {env.get('cpu_features')}")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import full_run
+
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="course-runtimes-") as tmp:
+        out = args.out or Path(tmp) / "run"
+        run_args = [str(out), "--mode", args.mode, "--executor", "kernel", "--timeout", str(args.timeout),
+                    "--work", str(Path(tmp) / "work")]
+        if args.only:
+            run_args += ["--only", *args.only]
+        status = full_run.main(run_args)
+        summary = json.loads((out / "summary.json").read_text())
+    print(report(summary, args.mode))
+    if args.write:
+        print(f"run times written to {write_runtimes(summary, args.mode).relative_to(REPO)}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

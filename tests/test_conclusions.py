@@ -1,0 +1,161 @@
+"""Printed conclusions come from the verdict helper, never from a notebook's own thresholds.
+
+Every notebook's code cells are parsed (AST) and two patterns are refused outside ``helpers.verdict``:
+
+* a **threshold applied to a measured ratio**: a comparison of a ratio-like value (a name such as
+  ``speedup``, ``ratio``, ``fraction``, ``share``; or a division involving a median, a time or a throughput)
+  with a number, e.g. ``if speedup > 1.05`` or ``base.median / m.median < 1``;
+* the words **faster / slower / regression / pays back** inside an f-string (or as the branches of a
+  conditional expression): a sentence whose verdict a notebook decides itself, which can contradict the
+  number printed beside it.
+
+Notebooks not yet converted to the verdict helper are listed in ``PENDING`` by name: each notebook issue
+removes its own. A pending notebook that no longer has a finding fails too, so the list cannot go stale.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+#: Notebooks whose cells still decide comparisons themselves (issue: measurement core v2). Each notebook issue
+#: converts its notebooks to helpers.verdict and deletes their names here.
+PENDING = {
+    "00_environment", "01_bottlenecks", "02_precision_quantization", "03_batch_sizing",
+    "04_compilation_fusion", "05_onnx_runtime", "06_async_pipelines",
+    "09_capstone", "10_llm_decoding",
+}
+
+WORDS = re.compile(r"\b(faster|slower|regressions?|pays? back)\b", re.IGNORECASE)
+RATIO_NAME = re.compile(r"(ratio|speed_?up|slow_?down|fraction|share|gain|relative|_vs_|pays?_back)", re.IGNORECASE)
+TIMING_NAME = re.compile(r"(median|^min$|^mean$|^p\d\d$|throughput|seconds|time|latency|_s$)", re.IGNORECASE)
+
+
+def _identifiers(node: ast.AST) -> list[str]:
+    names = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            names.append(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            names.append(sub.attr)
+        elif isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Constant):
+            names.append(str(sub.slice.value))
+    return names
+
+
+def _ratio_like(node: ast.AST) -> bool:
+    """A value that is a measured ratio: named like one, or a division of timing-like values."""
+    if isinstance(node, ast.Call):  # min(a, b), len(x)... judged by their arguments only when they divide
+        return any(_ratio_like(a) for a in node.args)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return any(TIMING_NAME.search(n) or RATIO_NAME.search(n) for n in _identifiers(node))
+    if isinstance(node, ast.Name | ast.Attribute | ast.Subscript):
+        key = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = str(node.slice.value)
+        return bool(key and RATIO_NAME.search(key))
+    return False
+
+
+def _number(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool)
+
+
+def _scaled(sides: list[ast.AST]) -> bool:
+    """``a <= 1.01 * b.min()`` with a timing-like value in it: the ratio ``a / b`` against a number."""
+    for side in sides:
+        scaled = isinstance(side, ast.BinOp) and isinstance(side.op, ast.Mult)
+        if scaled and (_number(side.left) or _number(side.right)):
+            if any(TIMING_NAME.search(n) for s in sides for n in _identifiers(s)):
+                return True
+    return False
+
+
+def _strings(node: ast.AST) -> list[str]:
+    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def findings(source: str) -> list[str]:
+    """What the rule refuses in one cell's code: one short description per finding."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []  # IPython magics: nbmake runs them; nothing to judge
+    found = []
+    for node in ast.walk(tree):
+        ordered = isinstance(node, ast.Compare) and any(isinstance(op, ast.Lt | ast.Gt | ast.LtE | ast.GtE)
+                                                        for op in node.ops)
+        if ordered:
+            sides = [node.left, *node.comparators]
+            if (any(_number(s) for s in sides) and any(_ratio_like(s) for s in sides)) or _scaled(sides):
+                found.append(f"line {node.lineno}: threshold on a measured ratio: {ast.unparse(node)}")
+        elif isinstance(node, ast.JoinedStr | ast.IfExp):
+            words = sorted({w.lower() for s in _strings(node) for w in WORDS.findall(s)})
+            if words:
+                kind = "f-string" if isinstance(node, ast.JoinedStr) else "conditional expression"
+                found.append(f"line {node.lineno}: {kind} deciding '{', '.join(words)}' itself")
+    return found
+
+
+def notebook_findings(path: Path) -> list[str]:
+    nb = nbformat.read(path, as_version=4)
+    return [f"cell {i} {f}" for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+            for f in findings(cell.source)]
+
+
+# -- the rule on synthetic code: it must catch these, and leave these alone ---------------------------------
+
+@pytest.mark.parametrize("code", [
+    "if speedup > 1.05:\n    print('ok')",
+    "x = 'good' if base.median / m.median < 1 else 'bad'",
+    "flag = row['ratio'] >= 0.97",
+    "print(f'compiled is {r:.2f}x faster')",
+    "print(f\"{'faster' if r > 1 else 'slower'} than eager\")",
+    "word = 'a regression' if new.median > old.median else 'an improvement'",
+    "print(f'it pays back after {n} calls')",
+    "ok = m_fast.median / m_slow.median < 0.9",
+    "share = fraction_of_bound > 1.0",
+    "best = finite[finite <= 1.01 * finite.min()]",
+    "knee = df.throughput >= 0.95 * df.throughput.max()",
+])
+def test_rule_catches(code):
+    assert findings(code), f"the rule must refuse: {code}"
+
+
+@pytest.mark.parametrize("code", [
+    "print(verdict(m_fast, m_slow).sentence())",
+    "print(f'{v.short()} ({v.interval})')",
+    "if len(samples) < 5:\n    pass",
+    "n = max(1, total // 4)",
+    "print('fp16 needs hardware units; see the table')",
+    "x = a / b if a > 0 else 0",
+    "assert peak < 2 * weights_bytes",
+    "%timeit f(x)",
+])
+def test_rule_leaves_alone(code):
+    assert not findings(code), f"the rule must accept: {code} (found {findings(code)})"
+
+
+# -- the notebooks ------------------------------------------------------------------------------------------
+
+def test_pending_names_are_notebooks():
+    assert PENDING <= {p.stem for p in NOTEBOOKS}, "PENDING names a notebook that does not exist"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_conclusions_come_from_the_verdict_helper(path):
+    found = notebook_findings(path)
+    if path.stem in PENDING:
+        assert found, (f"{path.stem} has no finding left: remove it from PENDING in tests/test_conclusions.py so "
+                       "the rule keeps it that way")
+    else:
+        assert not found, (f"{path.stem} decides comparisons itself; use helpers.verdict.verdict (faster / slower / "
+                           "within noise / too few samples) instead:\n" + "\n".join(found))
