@@ -43,12 +43,14 @@ def sweep(
     Returns a DataFrame indexed by batch (p50 and p99 latency per batch, samples, throughput, time per item,
     and with ``measure_memory`` the peak bytes one call adds) and the ``Measurement`` of each batch.
     ``number=1`` makes every sample a single call, so p99 is a percentile of single-call latencies.
-    ``budget`` bounds each batch's measurement (seconds; the default is ``timing.default_budget()``).
+    ``budget`` bounds each batch's measurement (seconds; the default is ``timing.default_budget()``). A batch
+    that took less time per call than a smaller one (beyond noise) is named in one printed line: the machine
+    was busy, and the curve should be measured again.
     """
     import pandas as pd
 
     from .memory import peak_allocated_bytes
-    from .timing import benchmark
+    from .timing import benchmark, sweep_warning
 
     check_callable("model", model, hint="sweep() needs a model and a make_input(batch) function")
     check_callable("make_input", make_input, hint="sweep() needs a model and a make_input(batch) function")
@@ -74,6 +76,9 @@ def sweep(
         if measure_memory:
             row["peak_bytes"] = peak
         rows.append(row)
+    warning = sweep_warning(list(batches), measurements)  # a bigger batch that took less time: a busy machine
+    if warning:
+        print(warning)
     return pd.DataFrame(rows).set_index("batch"), measurements
 
 

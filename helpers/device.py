@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import re
@@ -85,12 +86,24 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def usable_cpus() -> int:
-    """CPUs this process may run on (respects container/affinity limits, unlike ``os.cpu_count``)."""
+def _cgroup_cpu_limit() -> float | None:
+    """The CPUs a cgroup v2 quota allows (``cpu.max``: quota / period, e.g. ``docker --cpus=2``), or None."""
     try:
-        return len(os.sched_getaffinity(0))
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity (``os.sched_getaffinity``), capped by a cgroup v2 CPU quota
+    where one is set (containers), unlike ``os.cpu_count``; the CPU count on macOS and Windows."""
+    try:
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    quota = _cgroup_cpu_limit()
+    return max(1, min(n, math.ceil(quota))) if quota else n
 
 
 def last_level_cache_bytes() -> int | None:
@@ -184,6 +197,8 @@ def cpu_dtype_support(features: dict[str, Any] | None = None) -> dict[str, tuple
     """For bf16, fp16 and int8 matmuls on this CPU: ``(expected fast?, why)``, decided from :func:`cpu_features`
     before anything is timed. ``None``: this platform does not say; the measurement decides."""
     f = cpu_features() if features is None else features
+    if not isinstance(f, dict):
+        raise ValueError(f"features={features!r} is not allowed: pass cpu_features()'s dict, or nothing.")
 
     def decide(units: list[tuple[str, str]], missing: str) -> tuple[bool | None, str]:
         found = [label for key, label in units if f.get(key)]
@@ -248,7 +263,12 @@ class Load:
 
 class LoadMeter:
     """Measure :class:`Load` over a window: ``meter = LoadMeter(); ...work...; load = meter.stop()``.
-    Reads two counters at each end (no sleeping), so it can wrap a benchmark's sampling loop."""
+    Reads two counters at each end (no sleeping), so it can wrap a benchmark.
+
+    "Others" is all CPU time on the CPUs this process may use, minus this process's own and its children's
+    (DataLoader workers, compile workers). The OS counts in clock ticks (10 ms on Linux), so a reading is
+    uncertain by a few ticks per CPU: that margin is subtracted first, so a short window can miss a busy
+    machine but never calls an idle one busy."""
 
     def __init__(self) -> None:
         import psutil
@@ -256,45 +276,63 @@ class LoadMeter:
         self._psutil = psutil
         self._proc = psutil.Process()
         try:
-            self._cpus = sorted(os.sched_getaffinity(0))
+            self._cpus: list[int] | None = sorted(os.sched_getaffinity(0))
         except AttributeError:  # macOS, Windows
             self._cpus = None
+        try:
+            self._tick = 1.0 / os.sysconf("SC_CLK_TCK")
+        except (AttributeError, ValueError, OSError):
+            self._tick = 0.01
         self._start = self._read()
 
-    def _read(self) -> tuple[float, float | None, float | None, float]:
+    def _own(self) -> float:
+        t = self._proc.cpu_times()
+        own = t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+        for child in self._proc.children(recursive=True):
+            try:
+                c = child.cpu_times()
+                own += c.user + c.system
+            except self._psutil.Error:  # it ended between the listing and the reading
+                pass
+        return own
+
+    def _read(self) -> tuple[float, float | None, float | None, float, int]:
         wall = time.perf_counter()
         try:
             per_cpu = self._psutil.cpu_times(percpu=True)
             if self._cpus is not None and max(self._cpus) < len(per_cpu):
                 per_cpu = [per_cpu[i] for i in self._cpus]
-            busy = sum(t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
-                       for t in per_cpu)
-            steal = sum(getattr(t, "steal", 0.0) for t in per_cpu) if hasattr(per_cpu[0], "steal") else None
-            own_t = self._proc.cpu_times()
-            own = own_t.user + own_t.system
-        except Exception:  # counters unreadable (a sandbox): no load figure, never a failed timing
-            return wall, None, None, 0.0
-        return wall, busy, steal, own
+            busy = sum(t.user + getattr(t, "nice", 0.0) + t.system + getattr(t, "irq", 0.0)
+                       + getattr(t, "softirq", 0.0) for t in per_cpu)
+            steal = sum(t.steal for t in per_cpu) if hasattr(per_cpu[0], "steal") else None
+            own = self._own()
+        except Exception:  # counters unreadable (a sandbox, Windows): no load figure, never a failed timing
+            return wall, None, None, 0.0, 0
+        return wall, busy, steal, own, len(per_cpu)
 
     def stop(self) -> Load:
-        (w0, b0, s0, o0), (w1, b1, s1, o1) = self._start, self._read()
+        (w0, b0, s0, o0, n0), (w1, b1, s1, o1, n1) = self._start, self._read()
         seconds = max(w1 - w0, 1e-9)
-        others = None if b0 is None or b1 is None else max(0.0, (b1 - b0) - (o1 - o0)) / seconds
-        n = usable_cpus()
-        steal = None if s0 is None or s1 is None else max(0.0, s1 - s0) / (seconds * n)
+        ncpu = max(n0, n1, 1)
+        margin = (2 * ncpu + 4) * self._tick  # tick rounding of the CPU counters and of our own times
+        others = None if b0 is None or b1 is None else max(0.0, (b1 - b0) - (o1 - o0) - margin) / seconds
+        steal = None if s0 is None or s1 is None else max(0.0, s1 - s0 - 2 * ncpu * self._tick) / (seconds * ncpu)
         try:
             loadavg = os.getloadavg()[0]
         except (AttributeError, OSError):
             loadavg = None
-        return Load(usable_cpus=n, seconds=seconds, others_cpus=None if others is None else round(others, 3),
+        return Load(usable_cpus=usable_cpus(), seconds=seconds,
+                    others_cpus=None if others is None else round(others, 3),
                     steal=None if steal is None else round(steal, 4), loadavg=loadavg)
 
 
 def machine_load(interval: float = 0.5) -> Load:
     """How busy this machine is right now: watch the CPUs for ``interval`` seconds while this process
-    sleeps. A pre-flight check before timing (notebook 00 calls it; ``benchmark`` measures the same during
-    its own samples)."""
-    if not (isinstance(interval, int | float) and not isinstance(interval, bool) and 0 < interval <= 60):
+    sleeps. A pre-flight check before timing (notebook 00 prints it; ``benchmark`` measures the same over
+    each of its own measurements)."""
+    import numbers
+
+    if not (isinstance(interval, numbers.Real) and not isinstance(interval, bool) and 0 < interval <= 60):
         raise ValueError(f"interval={interval!r} is not allowed: pass a number of seconds between 0 and 60.")
     meter = LoadMeter()
     time.sleep(interval)

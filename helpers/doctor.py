@@ -139,19 +139,21 @@ def diagnose(
         )
     elif counts.intensity < ridge:
         regime = "memory"
-        fraction = achieved_bytes / rf.bandwidth
+        placed = rf.place(counts.flops, counts.bytes, t1.median, dtype)
         reasons.append(
             f"It does {counts.intensity:.2f} FLOP per byte moved, below this machine's ridge point of {ridge:.1f}: "
-            f"moving data costs more than computing ({fraction:.0%} of the memory roof"
-            + ("; above 100 % because part of the data is served from caches)." if fraction > 1 else ").")
+            + (f"moving data costs more than computing ({placed['fraction_of_bound']:.0%} of the memory roof)."
+               if not placed["above_roof"] else placed["explanation"])  # never above 100 % as an achievement
             + " Move fewer bytes: fuse ops, use smaller dtypes."
         )
     else:
         regime = "compute"
+        placed = rf.place(counts.flops, counts.bytes, t1.median, dtype)
         reasons.append(
-            f"It does {counts.intensity:.1f} FLOP per byte, above the ridge point of {ridge:.1f}, and reaches "
-            f"{achieved_flops / rf.peak_flops[dtype]:.0%} of the {dtype} compute roof. "
-            "Use faster math: bf16/fp16 or tf32 tensor cores, int8."
+            f"It does {counts.intensity:.1f} FLOP per byte, above the ridge point of {ridge:.1f}, and "
+            + (f"reaches {placed['fraction_of_bound']:.0%} of the {dtype} compute roof. " if not placed["above_roof"]
+               else placed["explanation"] + " ")
+            + "Use faster math: bf16/fp16 or tf32 tensor cores, int8."
         )
     if regime != "overhead" and explained < EXPLAINED_MIN:
         reasons.append(f"But the work at the roofs would take only {explained:.0%} of the time: the kernels are "

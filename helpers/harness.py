@@ -4,17 +4,16 @@ accuracy and agreement with the fp32 reference. Correctness is measured before a
 from __future__ import annotations
 
 import io
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .checks import check_callable, check_int
-from .device import DeviceLike, choose_device, sync
+from .device import DeviceLike, choose_device
 from .memory import peak_allocated_bytes
 from .models import accuracy
-from .timing import Measurement, benchmark
+from .timing import Measurement, benchmark, timed_call
 
 
 def model_size_bytes(model: torch.nn.Module) -> int:
@@ -86,11 +85,7 @@ def evaluate(
         with torch.inference_mode():
             return fn(x)
 
-    sync(dev)
-    start = time.perf_counter()
-    call()
-    sync(dev)
-    first_call = time.perf_counter() - start
+    first_call, _ = timed_call(call, device=dev)  # the one first-call timer (timing.timed_call)
     logits = predict(fn, test_images, batch_size=len(bench_input), prepare=prepare, pad=True)
     top1 = accuracy(fn, test_images, test_labels, logits=logits)  # scores the logits just computed
     agree = agreement(reference_logits, logits)

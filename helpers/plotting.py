@@ -82,13 +82,14 @@ def vs_batch(batches: Sequence[int], measurements: Sequence[Measurement], title:
     return fig
 
 
-def roofline(rf: Roofline, points: Sequence[tuple[str, float, float]] = (), title: str = "",
+def roofline(rf: Roofline, points: Sequence[tuple[Any, ...]] = (), title: str = "",
              dtype: str = "fp32") -> Any:
     """The roofline of ``rf`` (one roof per measured float dtype) with workloads placed on it.
 
-    ``points`` are ``(label, intensity FLOP/byte, achieved FLOP/s)``. A point above the ``dtype`` roof is
-    drawn clamped onto it as a hollow marker with an arrow (never above it), and listed in the caption:
-    :meth:`Roofline.place` says why it happened."""
+    ``points`` are ``(label, intensity FLOP/byte, achieved FLOP/s)``, or with a fourth item, the dtype whose
+    roof the point is judged against (default ``dtype``). A point above its roof is drawn clamped onto it as
+    a hollow marker with an arrow (never above it), and listed in the caption: :meth:`Roofline.place` says
+    why it happened."""
     apply_style()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     lo = min([0.01] + [p[1] / 2 for p in points])
@@ -99,13 +100,18 @@ def roofline(rf: Roofline, points: Sequence[tuple[str, float, float]] = (), titl
         ax.plot(intensity, np.minimum(peak, intensity * rf.bandwidth), color=PALETTE[i % len(PALETTE)],
                 label=f"{name}: {peak / 1e9:,.0f} GFLOP/s, ridge {rf.ridge_point(name):.1f} FLOP/B")
     clamped = []
-    for j, (label, x, y) in enumerate(points):
+    for j, point in enumerate(points):
+        if len(point) not in (3, 4):
+            raise ValueError(f"points[{j}]={point!r}: pass (label, intensity, FLOP/s[, dtype]).")
+        label, x, y = point[:3]
+        own = point[3] if len(point) == 4 else dtype
         color = PALETTE[(j + 2) % len(PALETTE)]
-        roof = rf.attainable(x, dtype) if dtype in roofs else y
+        roof = rf.attainable(x, own) if own in roofs else y
         if y > roof:
             clamped.append(label)
             ax.plot([x], [roof], "o", markerfacecolor="none", markeredgecolor=color, markersize=9)
-            ax.annotate("", (x, roof * 1.6), xytext=(x, roof), arrowprops={"arrowstyle": "->", "color": color})
+            ax.annotate("", (x, roof * 1.3), xytext=(x, roof), arrowprops={"arrowstyle": "->", "color": color},
+                        annotation_clip=False)
             y = roof
         else:
             ax.plot([x], [y], "o", color=color, markersize=8)
@@ -113,7 +119,7 @@ def roofline(rf: Roofline, points: Sequence[tuple[str, float, float]] = (), titl
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="FLOP/s")
     ax.set_title(title or f"roofline of {rf.machine_id}: memory {rf.bandwidth / 1e9:.1f} GB/s")
     if clamped:
-        fig.text(0.01, 0.01, f"hollow, with an arrow: above the {dtype} roof, drawn on it ({', '.join(clamped)})",
+        fig.text(0.01, 0.01, f"hollow, with an arrow: above its roof, drawn on it ({', '.join(clamped)})",
                  fontsize=8)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()

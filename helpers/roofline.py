@@ -120,33 +120,63 @@ def matmul_flops(
     return 2 * n**3 / m.min, m
 
 
+def _conv_case(dtype: str, dev: torch.device) -> tuple[Callable[[], Any], float, str]:
+    """A 3×3 convolution in ``dtype``, channels-last (the layout conv libraries are fastest in): the call, its
+    FLOPs (direct algorithm) and a label. oneDNN / cuDNN convolutions can beat the best square GEMM."""
+    n, c, hw = (pick(2, 8), 64, pick(28, 56)) if dev.type == "cpu" else (pick(8, 32), 256, 56)
+    x = torch.randn(n, c, hw, hw, device=dev).to(_DTYPES[dtype]).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(c, c, 3, 3, device=dev).to(_DTYPES[dtype]).contiguous(memory_format=torch.channels_last)
+    return (lambda: torch.nn.functional.conv2d(x, w, padding=1)), 2.0 * n * c * hw * hw * c * 9, \
+        f"conv 3×3 {c}→{c} ch, {n}×{hw}×{hw}"
+
+
 def matmul_roof(dtype: str = "fp32", device: DeviceLike = None, sizes: list[int] | None = None,
-                budget: float | None = None) -> tuple[float, Measurement | None, dict[int, float]]:
-    """The compute roof of ``dtype``: the best FLOP/s over ``sizes`` (default :func:`default_sizes`). Sizes are
-    probed from the smallest with one call each (:func:`helpers.timing.fit_to_budget`) and only those whose
-    call fits a third of ``budget`` are timed: fp16 on a CPU without fp16 units is never run at a size that
-    would take a minute. Returns (roof, the best size's Measurement, {size: predicted seconds per call} of
-    the sizes not run). ``(nan, None, …)`` when this device cannot run the dtype (int8 matmul on MPS)."""
+                budget: float | None = None, conv: bool = True) -> dict[str, Any]:
+    """The compute roof of ``dtype``: the best FLOP/s over square matmuls of ``sizes`` (default
+    :func:`default_sizes`) and, for fp32 and bf16 (fp16 too on a GPU) with ``conv``, a 3×3 convolution (the
+    course's CNNs run on oneDNN / cuDNN convolutions, which can beat the best GEMM). Sizes are probed from the
+    smallest with one call each (:func:`helpers.timing.fit_to_budget`) and only those whose call fits
+    ``budget / MIN_SAMPLES`` are timed: fp16 on a CPU without fp16 units is never run at a size that would
+    take a minute. Returns ``{"flops", "measurement", "size" (the best matmul's n), "source" (the label of the
+    best kernel), "predicted" ({size: seconds per call} of the sizes not run)}``; ``flops`` is NaN when this
+    device cannot run the dtype (int8 matmul on MPS)."""
     check_choice("dtype", dtype, sorted(_DTYPES), "pick one of those names.")
     dev = choose_device(device)
     budget = pick(0.5, 1.5) if budget is None else check_number("budget", budget, positive=True)
+    sizes = list(sizes or default_sizes(dev))
+    for n in sizes:
+        check_int("size", n, 1, hint="pass positive matrix sizes, e.g. [256, 512, 1024].")
+    if dtype == "int8" and dev.type == "cuda" and any(n <= 16 or n % 8 for n in sizes):
+        raise ValueError(f"sizes={sizes} is not allowed for int8 on a GPU: torch._int_mm needs sizes above 16 that "
+                         "are multiples of 8.")
+    none = {"flops": math.nan, "measurement": None, "size": None, "source": None, "predicted": {}}
     try:
         with _matmul_precision(dtype), torch.inference_mode():
-            probe = fit_to_budget(lambda n: _matmul_call(dtype, n, dev), sizes or default_sizes(dev),
-                                  limit=budget / MIN_SAMPLES, device=dev)
+            probe = fit_to_budget(lambda n: _matmul_call(dtype, n, dev), sizes, limit=budget / MIN_SAMPLES,
+                                  device=dev)
+    except torch.OutOfMemoryError:
+        raise
     except (RuntimeError, NotImplementedError):  # this backend has no such matmul
-        return math.nan, None, {}
-    best, best_m = math.nan, None
+        return none
+    best = dict(none, predicted=probe.predicted)
     for n in [s for s, t in probe.timed.items() if t <= probe.limit]:
         flops, m = matmul_flops(dtype, dev, n=n, budget=budget)
-        if not flops <= best:  # also replaces the initial NaN
-            best, best_m = flops, m
-    if best_m is None:  # even the smallest size was too slow for the budget: its one probe call is the roof
+        if not flops <= best["flops"]:  # also replaces the initial NaN
+            best.update(flops=flops, measurement=m, size=n, source=f"matmul {n}×{n}")
+    if best["measurement"] is None:  # even the smallest size was too slow for the budget: its probe call is the roof
         n, seconds = next(iter(probe.timed.items()))
-        best = 2 * n**3 / seconds
-        best_m = Measurement(samples=(seconds,), label=f"matmul {n}×{n} {dtype} (probe)", device=str(dev),
-                             budget=budget, budget_limited=True)
-    return best, best_m, probe.predicted
+        best.update(flops=2 * n**3 / seconds, size=n, source=f"matmul {n}×{n} (one probe call)",
+                    measurement=Measurement(samples=(seconds,), label=f"matmul {n}×{n} {dtype} (probe)",
+                                            device=str(dev), budget=budget, budget_limited=True))
+    if conv and (dtype in ("fp32", "bf16") or (dtype == "fp16" and dev.type == "cuda")):
+        call, flops, label = _conv_case(dtype, dev)
+        with _matmul_precision(dtype), torch.inference_mode():
+            first = fit_to_budget(lambda _: call, [1], limit=budget / MIN_SAMPLES, device=dev)
+            if first.size is not None:
+                m = benchmark(call, label=f"{label} {dtype}", device=dev, warmup=2, budget=budget)
+                if flops / m.min > best["flops"]:
+                    best.update(flops=flops / m.min, measurement=m, source=label)
+    return best
 
 
 def memory_bandwidth(
@@ -246,7 +276,8 @@ class Roofline:
     """Measured limits of one device. Bandwidth in bytes/s, peaks in FLOP/s (int8: OP/s), latency in seconds.
 
     ``spread`` is each limit's relative IQR (IQR / median of the measurement behind it), ``noisy`` the limits
-    whose measurement was noisy, ``sizes`` the matmul size each compute roof came from, ``cache_bytes`` the
+    whose measurement was noisy (or budget-limited), ``sizes`` the best matmul size of each dtype, ``sources``
+    the kernel each compute roof came from (a matmul or a convolution), ``cache_bytes`` the
     last cache before main memory (for explaining placements above a roof), ``origin`` where this object
     came from (``"measured"`` or ``"stored"``)."""
 
@@ -260,6 +291,7 @@ class Roofline:
     spread: dict[str, float] = field(default_factory=dict)
     noisy: list[str] = field(default_factory=list)
     sizes: dict[str, int] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
     cache_bytes: int | None = None
     mode: str = "full"
     torch: str = ""
@@ -311,21 +343,28 @@ class Roofline:
     def explain_above_roof(self, placed: dict[str, Any], nbytes: float, dtype: str = "fp32") -> str:
         """Why a placement is above its roof, for its own bound and device (one line)."""
         pct = f"{placed['fraction_of_bound']:.0%}"
-        cache = "L2 cache" if self.device.startswith("cuda") else "CPU caches"
+        gpu = self.device.startswith("cuda")
+        cpu = self.device.startswith("cpu")
+        cache, memory = ("L2 cache", "HBM") if gpu else ("CPU caches", "DRAM") if cpu else ("caches", "memory")
         if placed["bound"] == "memory":
             if self.cache_bytes and nbytes <= self.cache_bytes:
-                why = (f"its {_mib(nbytes)} of traffic fits in the {cache} "
-                       f"({self.cache_bytes / 2**20:.0f} MiB), so it is served from there, faster than the "
-                       "main-memory roof")
+                why = (f"its {_mib(nbytes)} of traffic fits in the {cache} ({_mib(self.cache_bytes)}), so it is "
+                       f"served from there, faster than the {memory} roof")
             else:
-                why = ("its byte count assumes every input comes from main memory once; data reused from the "
-                       f"{cache} moves fewer bytes than counted")
+                why = ("the memory roof is a large copy (it counts one read and one write per byte copied"
+                       + ("; a CPU's write-allocate really moves a third more" if cpu else "")
+                       + f"), so a read-heavy kernel can stream faster; and data reused from the {cache} moves "
+                       "fewer bytes than counted")
         else:
-            size = self.sizes.get(dtype)
-            why = (f"the {dtype} roof is this machine's best square matmul"
-                   + (f" ({size}×{size})" if size else "")
-                   + "; this work ran a faster code path (another shape, layout or library), so the roof "
-                   "underestimates the peak for it — a compute roof is not a cache effect")
+            source = self.sources.get(dtype) or (f"matmul {self.sizes[dtype]}²" if dtype in self.sizes else None)
+            roof = f"the {dtype} roof is this machine's best measured kernel" + (f" ({source})" if source else "")
+            if gpu:
+                cause = ("TF32 or other tensor-core math enabled for 'fp32' work, or a FLOP count that assumes the "
+                         "direct algorithm where the library used Winograd or FFT convolutions")
+            else:
+                cause = ("another library's kernel (oneDNN, MLAS, a Winograd convolution) or another shape that "
+                         "runs faster, or a FLOP count that assumes the direct algorithm")
+            why = f"{roof}; beyond it: {cause}. A compute roof is not a cache effect"
         if (placed["bound"] == "memory" and "bandwidth" in self.noisy) or (
                 placed["bound"] == "compute" and dtype in self.noisy):
             why += "; the roof's own measurement was noisy"
@@ -342,9 +381,18 @@ class Roofline:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Roofline:
+        """The inverse of :meth:`to_dict`; a field of the wrong type raises ``ValueError``."""
+        if not isinstance(data, dict) or not isinstance(data.get("peak_flops"), dict):
+            raise ValueError("a stored roofline is a dict with a peak_flops dict")
         known = {f for f in cls.__dataclass_fields__ if f != "measurements"}
         kwargs = {k: v for k, v in data.items() if k in known}
-        kwargs["peak_flops"] = {k: (math.nan if v is None else float(v)) for k, v in data["peak_flops"].items()}
+        kwargs["peak_flops"] = {str(k): (math.nan if v is None else float(v)) for k, v in data["peak_flops"].items()}
+        for key in ("bandwidth", "dispatch_latency"):
+            kwargs[key] = float(kwargs[key])
+        for key, kind in (("h2d_bandwidth", dict), ("spread", dict), ("sizes", dict), ("sources", dict),
+                          ("noisy", list), ("remeasures", int), ("threads", int), ("mode", str), ("torch", str)):
+            if key in kwargs and not isinstance(kwargs[key], kind):
+                raise ValueError(f"a stored roofline's {key} must be a {kind.__name__}")
         return cls(**kwargs)
 
     def table(self) -> Any:
@@ -391,47 +439,58 @@ def _spread(m: Measurement) -> float:
     return round(m.relative_iqr, 4)
 
 
+def _measure(dev: torch.device, dtypes: list[str], parts: set[str]) -> Roofline:
+    """Measure the compute roofs of ``dtypes`` and the ``parts`` among bandwidth, dispatch and h2d."""
+    rf = Roofline(device=str(dev), machine_id=machine_id(dev), peak_flops={}, bandwidth=math.nan,
+                  dispatch_latency=math.nan, cache_bytes=cache_bytes(dev), mode=course_mode(),
+                  torch=torch.__version__, threads=torch.get_num_threads(),
+                  measured_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+    for name in dtypes:
+        check_choice("dtype", name, sorted(_DTYPES), "pick dtype names such as 'fp32', 'bf16', 'int8'.")
+        roof = matmul_roof(name, dev)
+        rf.peak_flops[name], m = roof["flops"], roof["measurement"]
+        if m is not None:
+            rf.measurements.append(m)
+            rf.spread[name], rf.sizes[name], rf.sources[name] = _spread(m), roof["size"], roof["source"]
+            rf.noisy += [name] if m.noisy or m.budget_limited else []
+    for part, (value, m) in (("bandwidth", memory_bandwidth(dev) if "bandwidth" in parts else (None, None)),
+                             ("dispatch", dispatch_latency(dev) if "dispatch" in parts else (None, None))):
+        if m is None:
+            continue
+        rf.measurements.append(m)
+        setattr(rf, "bandwidth" if part == "bandwidth" else "dispatch_latency", value)
+        rf.spread[part] = _spread(m)
+        rf.noisy += [part] if m.noisy or m.budget_limited else []
+    if dev.type == "cuda" and "h2d" in parts:
+        for pinned in (True, False):
+            rf.h2d_bandwidth["pinned" if pinned else "pageable"], m = h2d_bandwidth(pinned=pinned, device=dev)
+            rf.measurements.append(m)
+    return rf
+
+
 def measure_roofline(device: DeviceLike = None, dtypes: list[str] | None = None, store: bool = True) -> Roofline:
     """Measure every limit above on ``device`` (sizes follow the course mode) and, with ``store``, save it
     for :func:`get_roofline` (merged with a compatible stored one: each roof keeps its better value)."""
     dev = choose_device(device)
-    measurements: list[Measurement] = []
-    peaks: dict[str, float] = {}
-    spread: dict[str, float] = {}
-    sizes: dict[str, int] = {}
-    noisy: list[str] = []
-    for name in dtypes or default_dtypes(dev):
-        check_choice("dtype", name, sorted(_DTYPES), "pick dtype names such as 'fp32', 'bf16', 'int8'.")
-        peaks[name], m, _ = matmul_roof(name, dev)
-        if m is not None:
-            measurements.append(m)
-            spread[name], sizes[name] = _spread(m), int(m.label.split()[1].split("×")[0])
-            if m.noisy:
-                noisy.append(name)
-    bandwidth, m = memory_bandwidth(dev)
-    measurements.append(m)
-    spread["bandwidth"] = _spread(m)
-    noisy += ["bandwidth"] if m.noisy else []
-    latency, m = dispatch_latency(dev)
-    measurements.append(m)
-    spread["dispatch"] = _spread(m)
-    noisy += ["dispatch"] if m.noisy else []
-    h2d: dict[str, float] = {}
-    if dev.type == "cuda":
-        for pinned in (True, False):
-            h2d["pinned" if pinned else "pageable"], m = h2d_bandwidth(pinned=pinned, device=dev)
-            measurements.append(m)
-    rf = Roofline(device=str(dev), machine_id=machine_id(dev), peak_flops=peaks, bandwidth=bandwidth,
-                  dispatch_latency=latency, h2d_bandwidth=h2d, measurements=measurements, spread=spread,
-                  noisy=noisy, sizes=sizes, cache_bytes=cache_bytes(dev), mode=course_mode(),
-                  torch=torch.__version__, threads=torch.get_num_threads(),
-                  measured_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+    dtypes = _dtype_list(dtypes, dev)
+    rf = _measure(dev, dtypes, {"bandwidth", "dispatch", "h2d"})
     if store:
         stored = load_roofline(dev)
         if stored is not None and _compatible(stored, dev, rf.mode):
             rf = _merge(stored, rf)
+            rf.remeasures = 0 if not rf.noisy else stored.remeasures
         save_roofline(rf)
     return rf
+
+
+def _dtype_list(dtypes: Any, dev: torch.device) -> list[str]:
+    if dtypes is None:
+        return default_dtypes(dev)
+    if isinstance(dtypes, str) or not all(isinstance(d, str) for d in dtypes):
+        raise ValueError(f"dtypes={dtypes!r} is not allowed: pass a list of names such as ['fp32', 'bf16'].")
+    for name in dtypes:
+        check_choice("dtype", name, sorted(_DTYPES), "pick dtype names such as 'fp32', 'bf16', 'int8'.")
+    return list(dtypes)
 
 
 def roofline_path(device: DeviceLike = None) -> Path:
@@ -451,10 +510,10 @@ def load_roofline(device: DeviceLike = None) -> Roofline | None:
     path = roofline_path(device)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        if data.pop("version", None) != STORE_VERSION:
+        if not isinstance(data, dict) or data.pop("version", None) != STORE_VERSION:
             return None
         rf = Roofline.from_dict(data)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     rf.origin = "stored"
     return rf
@@ -462,55 +521,66 @@ def load_roofline(device: DeviceLike = None) -> Roofline | None:
 
 def _compatible(rf: Roofline, dev: torch.device, mode: str) -> bool:
     """Measured here with the same torch and threads, and with sizes at least as large as this mode's."""
-    return (rf.machine_id == machine_id(dev) and rf.device == str(dev) and rf.torch == torch.__version__
-            and rf.threads == torch.get_num_threads() and (rf.mode == "full" or mode == "quick"))
+    return (rf.machine_id == machine_id(dev) and torch.device(rf.device).type == dev.type
+            and rf.torch == torch.__version__ and rf.threads == torch.get_num_threads()
+            and (rf.mode == "full" or mode == "quick"))
 
 
 def _merge(old: Roofline, new: Roofline) -> Roofline:
-    """Each roof keeps its better value (higher FLOP/s and bandwidth, lower latency) with that value's spread."""
+    """Each roof keeps its better value (higher FLOP/s and bandwidth, lower latency) with that value's spread,
+    size, source and noise flag; a limit ``new`` did not measure is taken from ``old``."""
+    noisy = set(new.noisy)
+
+    def keep_old(name: str) -> None:
+        noisy.discard(name)
+        if name in old.noisy:
+            noisy.add(name)
+        for table in ("spread", "sizes", "sources"):
+            if name in getattr(old, table):
+                getattr(new, table)[name] = getattr(old, table)[name]
+
     for name, value in old.peak_flops.items():
-        if name not in new.peak_flops or not new.peak_flops[name] >= value:
-            if math.isfinite(value):
-                new.peak_flops[name] = value
-                new.spread[name] = old.spread.get(name, new.spread.get(name))
-                new.sizes[name] = old.sizes.get(name, new.sizes.get(name))
-                new.noisy = [n for n in new.noisy if n != name] + ([name] if name in old.noisy else [])
-    for key, better in (("bandwidth", old.bandwidth > new.bandwidth),
-                        ("dispatch", old.dispatch_latency < new.dispatch_latency)):
-        if better:
-            if key == "bandwidth":
-                new.bandwidth = old.bandwidth
-            else:
-                new.dispatch_latency = old.dispatch_latency
-            new.spread[key] = old.spread.get(key, new.spread.get(key))
-            new.noisy = [n for n in new.noisy if n != key] + ([key] if key in old.noisy else [])
+        if math.isfinite(value) and not new.peak_flops.get(name, math.nan) >= value:
+            new.peak_flops[name] = value
+            keep_old(name)
+    if not new.bandwidth >= old.bandwidth:
+        new.bandwidth = old.bandwidth
+        keep_old("bandwidth")
+    if not new.dispatch_latency <= old.dispatch_latency:
+        new.dispatch_latency = old.dispatch_latency
+        keep_old("dispatch")
     for kind, value in old.h2d_bandwidth.items():
         new.h2d_bandwidth[kind] = max(value, new.h2d_bandwidth.get(kind, 0.0))
+    new.noisy = sorted(noisy)
     new.mode = "full" if "full" in (old.mode, new.mode) else new.mode
-    new.remeasures = old.remeasures + 1
+    new.remeasures = old.remeasures
     return new
 
 
 def get_roofline(device: DeviceLike = None, dtypes: list[str] | None = None, refresh: bool = False) -> Roofline:
     """This machine's roofline, measured once and reused: the stored one when it covers ``dtypes``, was
-    measured with this torch and thread count and at least this mode's sizes, and is not noisy (a noisy one is
-    re-measured up to :data:`MAX_REMEASURES` times, keeping each roof's better value); else measured now.
-    Prints one line saying which, so a learner knows where the numbers came from."""
+    measured with this torch and thread count and at least this mode's sizes, and is not noisy. A noisy one
+    has only its noisy limits measured again (up to :data:`MAX_REMEASURES` times), each keeping its better
+    value; anything else is measured now. Prints one line saying which, so a learner knows where the
+    numbers came from."""
     dev = choose_device(device)
-    wanted = dtypes or default_dtypes(dev)
+    wanted = _dtype_list(dtypes, dev)
     stored = None if refresh else load_roofline(dev)
-    if stored is not None and _compatible(stored, dev, course_mode()) and set(wanted) <= set(stored.peak_flops):
-        if not stored.is_noisy() or stored.remeasures >= MAX_REMEASURES:
-            note = f" (noisy: {', '.join(stored.noisy)}; kept after {stored.remeasures} re-measurements)" \
-                if stored.is_noisy() else ""
-            print(f"roofline: this machine's stored one, measured {stored.measured_at} in {stored.mode} mode{note}; "
-                  "roofline.get_roofline(refresh=True) measures it again")
-            return stored
-        print(f"roofline: the stored one is noisy ({', '.join(stored.noisy)}): measuring it again")
-    else:
+    if stored is None or not _compatible(stored, dev, course_mode()) or not set(wanted) <= set(stored.peak_flops):
         print("roofline: none stored for this machine and set-up yet: measuring it (notebook 00 shows how)")
-    return measure_roofline(dev, dtypes=sorted(set(wanted) | set(stored.peak_flops if stored else [])),
-                            store=True)
+        return measure_roofline(dev, dtypes=sorted(set(wanted) | set(stored.peak_flops if stored else [])))
+    if not stored.is_noisy() or stored.remeasures >= MAX_REMEASURES:
+        note = (f" (noisy: {', '.join(stored.noisy)}; kept after {stored.remeasures} re-measurements)"
+                if stored.is_noisy() else "")
+        print(f"roofline: this machine's stored one, measured {stored.measured_at} in {stored.mode} mode{note}; "
+              "roofline.get_roofline(refresh=True) measures it again")
+        return stored
+    print(f"roofline: the stored one is noisy ({', '.join(stored.noisy)}): measuring those again")
+    again = _measure(dev, [n for n in stored.noisy if n in _DTYPES], set(stored.noisy))
+    rf = _merge(stored, again)  # what was not measured again (NaN here) is taken from the stored one
+    rf.remeasures = stored.remeasures + 1 if rf.noisy else 0
+    save_roofline(rf)
+    return rf
 
 
 def compare_with_reference(rf: Roofline | None = None) -> Any:

@@ -29,6 +29,7 @@ import contextlib
 import gc
 import itertools
 import math
+import numbers
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -45,8 +46,9 @@ from .modes import pick
 NOISE_THRESHOLD = 0.10
 #: A fastest sample below this fraction of the median also marks it noisy: most samples were delayed.
 MIN_TO_MEDIAN = 0.5
-#: Samples wanted before a budget may stop the sampling (when they fit in it).
-MIN_SAMPLES = 3
+#: Samples wanted before a budget may stop the sampling (when they fit in it); also the fewest per side for a
+#: verdict (helpers.verdict), so a measurement the budget allowed is one the verdict can judge.
+MIN_SAMPLES = 5
 #: A table (``compare``) whose rows are noisy in more than this share says so once.
 MOSTLY_NOISY = 0.5
 #: Default time budget per measurement, in seconds: (quick mode, full mode).
@@ -213,11 +215,17 @@ class Measurement:
         """What to do about a noisy or budget-limited measurement, in one line; None when there is nothing."""
         parts = []
         if self.budget_limited:
-            parts.append(f"one call takes longer than the {format_seconds(self.budget or 0)} budget, so only "
-                         f"{self.n} sample(s) were taken: too few to compare; pass budget= to take more")
+            parts.append(self._budget_clause() + ": too few to compare; pass a larger budget= to take more")
         if self.noisy:
             parts.append("; ".join(self.noise_reasons()) + f" — {_ADVICE}")
         return ". ".join(parts) + "." if parts else None
+
+    def _budget_clause(self) -> str:
+        budget = format_seconds(self.budget) if self.budget else "its"
+        if self.meta.get("note") == "one call is longer than the budget":
+            return f"one call ({format_seconds(self.samples[0])}) is longer than the {budget} budget: one sample"
+        plural = "s" if self.n != 1 else ""
+        return f"the {budget} budget fitted only {self.n} sample{plural} of {format_seconds(self.median)}"
 
     @property
     def throughput(self) -> float | None:
@@ -237,7 +245,7 @@ class Measurement:
         if self.first_call is not None:
             text += f"; first call {format_seconds(self.first_call)}"
         if self.budget_limited:
-            text += f"  ⚠ budget-limited: a call is longer than the {format_seconds(self.budget or 0)} budget"
+            text += f"  ⚠ budget-limited: {self._budget_clause()}"
         if self.noisy:
             text += "  ⚠ noisy: " + "; ".join(self.noise_reasons())
         return text
@@ -359,7 +367,7 @@ def benchmark(
     """Time ``fn(*args, **kwargs)`` the right way and return a :class:`Measurement`.
 
     1. the first call is timed on its own (``first_call``, with :func:`timed_call`), synchronised;
-    2. up to ``warmup`` more calls run untimed (they also estimate the per-call time);
+    2. up to ``warmup`` more calls run, each synchronised (they estimate the per-call time);
     3. up to ``repeats`` samples are taken, each of ``number`` calls (chosen so a sample lasts at least
        ``min_sample_time`` unless given), with the garbage collector paused;
     4. on CUDA each sample is bracketed by CUDA events, the samples queued back to back (how many fit the budget
@@ -367,9 +375,13 @@ def benchmark(
        device sync before the clock stops.
 
     ``budget`` (seconds; default :func:`default_budget`, about 1 s quick and 3 s full) bounds steps 2–3:
-    sampling stops once the next sample would not fit, after :data:`MIN_SAMPLES` samples when they fit. A
-    first call longer than the budget skips the warm-up and takes one sample (``budget_limited``). An explicit
-    ``number`` or ``repeats`` never runs past the budget; ``budget=None`` removes the limit.
+    warm-up takes at most a quarter of it, ``number`` is chosen so :data:`MIN_SAMPLES` samples fit in the rest,
+    and sampling stops once the next sample would not fit. What fits is judged from a *steady* call (the
+    first warm-up call), not from the first call, which may have compiled. When that steady call alone is
+    longer than the budget, it is the one sample (first call plus one sample, ``budget_limited``). Fewer than
+    :data:`MIN_SAMPLES` samples is ``budget_limited`` too (too few for a verdict). An explicit ``number`` or
+    ``repeats`` never runs past the budget (a clamped ``number`` is kept in ``meta['number_asked']``);
+    ``budget=None`` removes the limit.
     ``flush_cache=True`` overwrites a buffer twice the last cache's size (GPU L2, CPU last level) before each
     sample, outside the timed region, and takes one call per sample: memory-bound work smaller than the
     cache is then timed cold, as ``triton.testing.do_bench`` does.
@@ -395,53 +407,56 @@ def benchmark(
     def call() -> Any:
         return fn(*args, **kwargs)
 
+    meter = LoadMeter()  # from the first call on: a longer window than the samples alone, so a fairer reading
     with _autograd(inference_mode):
-        # 1. the first call, on its own
+        # 1. the first call, on its own (a compile, lazy initialisation, cold caches)
         first_call, _ = timed_call(call, device=dev)
         begin = time.perf_counter()
-        too_long = first_call >= limit
-        # 2. warm-up within the budget, timed individually to estimate the per-call cost
+        # 2. a steady call decides what fits (not the first call, which may have compiled), then warm-up
         estimate = first_call
-        for _ in range(0 if too_long else warmup):
-            if time.perf_counter() - begin + estimate > limit / 2:
-                break  # keep at least half the budget for samples
-            start = time.perf_counter()
-            call()
-            sync(dev)
-            estimate = min(estimate, time.perf_counter() - start)
+        if warmup:
+            estimate, _ = timed_call(call, device=dev)
+        if estimate >= limit:  # one call is longer than the budget: the first call plus this one sample
+            return Measurement(samples=(estimate,), label=label, number=1, first_call=first_call, device=str(dev),
+                               items=items, budget=budget, budget_limited=True, load=meter.stop().to_dict(),
+                               timer="perf_counter", meta={"note": "one call is longer than the budget"})
+        for _ in range(warmup - 1):
+            if time.perf_counter() - begin + estimate > limit / 4:
+                break  # keep most of the budget for samples
+            seconds, _ = timed_call(call, device=dev)
+            estimate = min(estimate, seconds)
         flusher = _CacheFlusher(dev) if flush_cache else None
+        remaining = limit - (time.perf_counter() - begin)
+        fits = max(1, math.floor(remaining / (MIN_SAMPLES * max(estimate, 1e-9)))) if math.isfinite(limit) else None
+        meta: dict[str, Any] = {}
         if flusher is not None:
             number = 1
         elif number is None:
-            number = max(1, math.ceil(min_sample_time / max(estimate, 1e-9)))
-            if math.isfinite(limit):  # MIN_SAMPLES samples must fit in the budget
-                number = max(1, min(number, math.floor(limit / (MIN_SAMPLES * max(estimate, 1e-9)))))
-            number = min(number, 1_000_000)
-        samples, timer, load = _take_samples(call, dev, number, 1 if too_long else repeats, limit, begin,
-                                             estimate, flusher)
+            number = min(max(1, math.ceil(min_sample_time / max(estimate, 1e-9))), fits or 1_000_000, 1_000_000)
+        elif fits is not None and number > fits:  # an explicit number never runs past the budget either
+            meta["number_asked"], number = number, fits
+        samples, timer = _take_samples(call, dev, number, repeats, limit, begin, estimate, flusher)
     return Measurement(
         samples=tuple(samples), label=label, number=number, first_call=first_call, device=str(dev), timer=timer,
         items=items, budget=budget, budget_limited=len(samples) < min(MIN_SAMPLES, repeats),
-        load=load.to_dict(), cache_flushed=flusher is not None,
+        load=meter.stop().to_dict(), cache_flushed=flusher is not None, meta=meta,
     )
 
 
 def _take_samples(call: Callable[[], Any], dev: torch.device, number: int, repeats: int, limit: float,
-                  begin: float, estimate: float, flusher: _CacheFlusher | None) -> tuple[list[float], str, Load]:
+                  begin: float, estimate: float, flusher: _CacheFlusher | None) -> tuple[list[float], str]:
     """Step 3 of :func:`benchmark`: up to ``repeats`` samples of ``number`` calls, until the next one would
-    not fit in the budget (``limit`` seconds after ``begin``). Returns the samples, the timer and the load."""
+    not fit in the budget (``limit`` seconds after ``begin``). Returns the samples and the timer used."""
     samples: list[float] = []
-    expected = estimate * number
     gc_was_enabled = gc.isenabled()
     gc.disable()
-    meter = LoadMeter()
     try:
         if dev.type == "cuda":
             # As triton's do_bench: the count that fits the budget is fixed from the warm-up's estimate, and the
             # samples are queued back to back (a sync per sample would idle the GPU between samples).
             remaining = limit - (time.perf_counter() - begin)
             if math.isfinite(remaining):
-                repeats = max(1, min(repeats, math.floor(remaining / max(expected, 1e-9))))
+                repeats = max(1, min(repeats, math.floor(remaining / max(estimate * number, 1e-9))))
             events = []
             with torch.cuda.device(dev):  # events are recorded on this device's current stream
                 for _ in range(repeats):
@@ -454,26 +469,23 @@ def _take_samples(call: Callable[[], Any], dev: torch.device, number: int, repea
                     end_event.record()
                     events.append((start_event, end_event))
             torch.cuda.synchronize(dev)
-            samples = [s.elapsed_time(e) / 1e3 / number for s, e in events]
-            timer = "cuda events"
-        else:
-            for _ in range(repeats):
-                if flusher is not None:
-                    flusher()
-                    sync(dev)
-                start = time.perf_counter()
-                for _ in range(number):
-                    call()
+            return [s.elapsed_time(e) / 1e3 / number for s, e in events], "cuda events"
+        for _ in range(repeats):
+            if flusher is not None:
+                flusher()
                 sync(dev)
-                elapsed = time.perf_counter() - start
-                samples.append(elapsed / number)
-                if time.perf_counter() - begin + min(elapsed, expected) > limit:
-                    break
-            timer = "perf_counter"
+            start = time.perf_counter()
+            for _ in range(number):
+                call()
+            sync(dev)
+            elapsed = time.perf_counter() - start
+            samples.append(elapsed / number)
+            if time.perf_counter() - begin + elapsed > limit:  # the next sample would not fit
+                break
+        return samples, "perf_counter"
     finally:
         if gc_was_enabled:
             gc.enable()
-    return samples, timer, meter.stop()
 
 
 def interleaved(
@@ -494,7 +506,9 @@ def interleaved(
 
     ``candidates`` maps a label to a zero-argument callable (``lambda: model(x)``). Each first call is timed
     apart, each candidate gets its own ``number`` calls per sample, and ``budget`` (default: the per-
-    measurement budget times the number of candidates) bounds the warm-up and all rounds.
+    measurement budget times the number of candidates) bounds the warm-up (a quarter of it) and all rounds.
+    Every sample is synchronised and timed with ``perf_counter`` (on a GPU too: a round must end before the
+    next candidate starts), so compare interleaved measurements with each other, not with ``benchmark``'s.
     """
     if not isinstance(candidates, Mapping) or len(candidates) < 2:
         raise ValueError("interleaved() needs a dict of at least two labelled callables: {'eager': lambda: ..., ...}.")
@@ -502,12 +516,22 @@ def interleaved(
         check_callable(f"candidates[{name!r}]", fn, "map each label to a zero-argument callable.")
     check_int("warmup", warmup, 0, hint="use 0 to skip warm-up.")
     check_int("repeats", repeats, 1, hint="the number of rounds (20 or more for a stable median).")
+    check_number("min_sample_time", min_sample_time, positive=True, hint="pass seconds, e.g. 1e-3.")
     budget = default_budget() * len(candidates) if budget == "default" else budget
     check_number("budget", budget, positive=True, allow_none=True, hint="pass seconds for all rounds, or None.")
+    labels = list(candidates)
+    if isinstance(items, Mapping):
+        per_item = {name: items.get(name) for name in labels}
+    else:
+        per_item = dict.fromkeys(labels, items)
+    for name, value in per_item.items():
+        if value is not None:
+            check_int(f"items[{name!r}]", value, 1, hint="pass the batch size, or None.")
     dev = choose_device(device)
     limit = math.inf if budget is None else float(budget)
-    labels = list(candidates)
     first, estimate, number = {}, {}, {}
+    meter = LoadMeter()
+    gc_was_enabled = gc.isenabled()
     with _autograd(inference_mode):
         for name in labels:
             first[name], _ = timed_call(candidates[name], device=dev)
@@ -515,25 +539,38 @@ def interleaved(
         for name in labels:
             estimate[name] = first[name]
             for _ in range(warmup):
-                if time.perf_counter() - begin > limit / 4:
+                if time.perf_counter() - begin + estimate[name] > limit / 4:
                     break
                 seconds, _ = timed_call(candidates[name], device=dev)
                 estimate[name] = min(estimate[name], seconds)
-            number[name] = max(1, math.ceil(min_sample_time / max(estimate[name], 1e-9)))
+        remaining = limit - (time.perf_counter() - begin)
+        for name in labels:  # MIN_SAMPLES rounds must fit in the budget: each candidate's share of it
+            fits = (max(1, math.floor(remaining / (len(labels) * MIN_SAMPLES * max(estimate[name], 1e-9))))
+                    if math.isfinite(limit) else 1_000_000)
+            number[name] = min(max(1, math.ceil(min_sample_time / max(estimate[name], 1e-9))), fits)
         per_round = sum(estimate[n] * number[n] for n in labels)
         samples: dict[str, list[float]] = {n: [] for n in labels}
-        meter = LoadMeter()
-        for r in range(repeats):
-            if r and time.perf_counter() - begin + per_round > limit:
-                break
-            for name in labels[r % len(labels):] + labels[:r % len(labels)]:
-                seconds, _ = timed_call(lambda name=name: [candidates[name]() for _ in range(number[name])], device=dev)
-                samples[name].append(seconds / number[name])
-        load = meter.stop().to_dict()
+        gc.disable()
+        try:
+            for r in range(repeats):
+                if r and time.perf_counter() - begin + per_round > limit:
+                    break
+                for name in labels[r % len(labels):] + labels[:r % len(labels)]:
+                    fn, n = candidates[name], number[name]
+                    sync(dev)
+                    start = time.perf_counter()
+                    for _ in range(n):
+                        fn()
+                    sync(dev)
+                    samples[name].append((time.perf_counter() - start) / n)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+    load = meter.stop().to_dict()
     group = f"interleaved-{time.time_ns()}"
-    per_item = items if isinstance(items, Mapping) else dict.fromkeys(labels, items)
     return {name: Measurement(samples=tuple(samples[name]), label=name, number=number[name],
-                              first_call=first[name], device=str(dev), items=per_item.get(name), budget=budget,
+                              first_call=first[name], device=str(dev), items=per_item[name], budget=budget,
+                              timer="perf_counter (interleaved)",
                               budget_limited=len(samples[name]) < min(MIN_SAMPLES, repeats), load=load, group=group)
             for name in labels}
 
@@ -558,21 +595,26 @@ class Probe:
         return f"one call per size ({', '.join(parts)}); limit {format_seconds(self.limit)} per call"
 
 
-def fit_to_budget(make_call: Callable[[Any], Callable[[], Any]], sizes: Sequence[int], *, limit: float | None = None,
+def fit_to_budget(make_call: Callable[[Any], Callable[[], Any]], sizes: Sequence[float], *, limit: float | None = None,
                   exponent: float = 3.0, device: DeviceLike = None) -> Probe:
     """Probe a case that can be catastrophically slow on some hardware (fp16 on a CPU without fp16 units,
     int8 without VNNI) before timing it: time ONE call at the smallest size, predict the next size's call
     from it (``time × (next / size) ** exponent``: 3 for a square matmul, 1 for a copy), and go up only while
-    the prediction fits ``limit`` (default: a third of the budget, so :data:`MIN_SAMPLES` samples fit).
-    ``make_call(size)`` returns the zero-argument call to time; each size run gets two calls (a cold one, then
-    the timed one). Nothing predicted over the limit is ever run."""
+    the prediction fits ``limit`` (default: the budget over :data:`MIN_SAMPLES`, so that many samples fit).
+    ``make_call(size)`` returns the zero-argument call to time. A size that is run gets a cold call (timed:
+    if it is already over the limit the probe stops there) and then the timed one. Nothing predicted over the
+    limit is ever run."""
     check_callable("make_call", make_call, "pass a function size -> zero-argument callable.")
-    if not sizes or any(isinstance(s, bool) or not isinstance(s, int | float) or s <= 0 for s in sizes):
+    try:
+        ordered = sorted(float(s) if not isinstance(s, numbers.Integral) else int(s) for s in sizes)
+    except (TypeError, ValueError):
+        ordered = []
+    if not ordered or any(isinstance(s, bool) or not s > 0 for s in sizes):
         raise ValueError(f"sizes={sizes!r} is not allowed: pass positive sizes, e.g. [256, 1024, 2048].")
     limit = default_budget() / MIN_SAMPLES if limit is None else limit
     check_number("limit", limit, positive=True, hint="pass the seconds one call may take.")
+    check_number("exponent", exponent, positive=True, hint="3 for a square matmul, 1 for a copy.")
     dev = choose_device(device)
-    ordered = sorted(sizes)
     timed: dict[Any, float] = {}
     predicted: dict[Any, float] = {}
     last = None
@@ -583,8 +625,8 @@ def fit_to_budget(make_call: Callable[[Any], Callable[[], Any]], sizes: Sequence
                 predicted[size] = guess
                 continue
         call = make_call(size)
-        timed_call(call, device=dev)  # a cold first call (allocation, packing) is not the per-call time
-        timed[size], _ = timed_call(call, device=dev)
+        cold, _ = timed_call(call, device=dev)  # allocation and packing: not the per-call time, unless too slow
+        timed[size] = cold if cold > limit else timed_call(call, device=dev)[0]
         last = size
     fits = [s for s, t in timed.items() if t <= limit]
     return Probe(size=max(fits) if fits else None, timed=timed, predicted=predicted, limit=limit)
@@ -609,7 +651,8 @@ def compare(measurements: Sequence[Measurement], baseline: int | str | None = 0)
             raise ValueError(f"baseline {baseline!r} is not one of the labels {labels}.")
         base = measurements[labels.index(baseline)]
     else:
-        if isinstance(baseline, bool) or not -len(measurements) <= baseline < len(measurements):
+        index_ok = isinstance(baseline, int) and not isinstance(baseline, bool)
+        if not index_ok or not -len(measurements) <= baseline < len(measurements):
             raise ValueError(f"baseline={baseline} is not an index of the {len(measurements)} measurements.")
         base = measurements[baseline]
     rows = []

@@ -28,10 +28,11 @@ from typing import Literal
 import numpy as np
 
 from .checks import check_int, check_number
-from .timing import Measurement
+from .timing import MIN_SAMPLES, Measurement
 
-#: Fewest samples per side for a verdict; below it the answer is "too few samples".
-MIN_SAMPLES = 5
+#: Fewest samples per side for a verdict (the same minimum ``benchmark`` fills its budget to); below it the
+#: answer is "too few samples".
+MIN_SAMPLES = MIN_SAMPLES
 #: Confidence of the interval.
 CONFIDENCE = 0.95
 #: Bootstrap resamples.
@@ -71,7 +72,8 @@ class Verdict:
 
     @property
     def interval(self) -> str:
-        return f"{self.confidence:.0%} interval {self.low:.2f}–{self.high:.2f}×"
+        digits = 3 if self.decided and (round(self.low, 2) == 1 or round(self.high, 2) == 1) else 2
+        return f"{self.confidence:.0%} interval {self.low:.{digits}f}–{self.high:.{digits}f}×"
 
     def sentence(self) -> str:
         """One sentence a notebook can print as it is."""
@@ -101,8 +103,13 @@ class Verdict:
 
 
 def _samples(x: Measurement | Sequence[float], name: str) -> np.ndarray:
+    """The positive samples. A Measurement may hold zeros (a timer below its resolution): they cannot enter a
+    ratio, so they do not count towards the minimum; a list passed by hand must be positive."""
+    if isinstance(x, Measurement):
+        values = np.asarray(x.samples, dtype=np.float64)
+        return values[values > 0]
     try:
-        values = np.asarray(x.samples if isinstance(x, Measurement) else list(x), dtype=np.float64)
+        values = np.asarray(list(x), dtype=np.float64)
     except (TypeError, ValueError):
         values = np.array([np.nan])
     if values.ndim != 1 or values.size == 0 or not np.all(np.isfinite(values)) or np.any(values <= 0):
@@ -126,14 +133,23 @@ def verdict(
     check_number("confidence", confidence, positive=True, hint="pass a probability such as 0.95.")
     if not confidence < 1:
         raise ValueError(f"confidence={confidence!r} is not allowed: pass a probability below 1, such as 0.95.")
-    check_int("min_samples", min_samples, 1, hint="5 is the course's minimum.")
+    check_int("min_samples", min_samples, 3, hint=f"{MIN_SAMPLES} is the course's minimum.")
     check_int("resamples", resamples, 100, hint="2000 is plenty.")
+    check_int("seed", seed, 0, hint="any integer ≥ 0; the same seed gives the same interval.")
     c, b = _samples(candidate, "candidate"), _samples(baseline, "baseline")
     c_label = candidate_label or (candidate.label if isinstance(candidate, Measurement) else "") or "candidate"
     b_label = baseline_label or (baseline.label if isinstance(baseline, Measurement) else "") or "baseline"
     paired = (isinstance(candidate, Measurement) and isinstance(baseline, Measurement)
-              and candidate.group is not None and candidate.group == baseline.group and len(c) == len(b))
-    ratio = float(np.median(b / c) if paired else np.median(b) / np.median(c))
+              and candidate.group is not None and candidate.group == baseline.group
+              and candidate.n == baseline.n)
+    if paired:  # keep the rounds where both sides have a positive sample, still pairwise
+        rc, rb = np.asarray(candidate.samples), np.asarray(baseline.samples)
+        both = (rc > 0) & (rb > 0)
+        c, b = rc[both], rb[both]
+    if min(len(c), len(b)) == 0:
+        ratio = math.nan
+    else:
+        ratio = float(np.median(b / c) if paired else np.median(b) / np.median(c))
     common = {"candidate": c_label, "baseline": b_label, "ratio": ratio, "confidence": confidence,
               "paired": paired, "n": (len(c), len(b)), "min_samples": min_samples}
     if min(len(c), len(b)) < min_samples:

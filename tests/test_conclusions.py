@@ -5,9 +5,12 @@ Every notebook's code cells are parsed (AST) and two patterns are refused outsid
 * a **threshold applied to a measured ratio**: a comparison of a ratio-like value (a name such as
   ``speedup``, ``ratio``, ``fraction``, ``share``; or a division involving a median, a time or a throughput)
   with a number, e.g. ``if speedup > 1.05`` or ``base.median / m.median < 1``;
-* the words **faster / slower / regression / pays back** inside an f-string (or as the branches of a
-  conditional expression): a sentence whose verdict a notebook decides itself, which can contradict the
-  number printed beside it.
+* a **comparison of two measurements**: both sides timing-like (``eager.median < compiled.median``), unless
+  one side is a target or a limit (``p99 <= target``: a latency objective is not a verdict);
+* the words **faster / slower / regression / pays back** in any string of a code cell (an f-string, a
+  concatenation, ``.format``, a conditional, a dict of two sentences, a fixed sentence): a verdict the
+  notebook decides, or prints whatever the numbers say. The words belong to ``helpers.verdict``'s sentences;
+  prose around a table goes in markdown, written conditionally.
 
 Notebooks not yet converted to the verdict helper are listed in ``PENDING`` by name: each notebook issue
 removes its own. A pending notebook that no longer has a finding fails too, so the list cannot go stale.
@@ -33,8 +36,11 @@ PENDING = {
 }
 
 WORDS = re.compile(r"\b(faster|slower|regressions?|pays? back)\b", re.IGNORECASE)
-RATIO_NAME = re.compile(r"(ratio|speed_?up|slow_?down|fraction|share|gain|relative|_vs_|pays?_back)", re.IGNORECASE)
-TIMING_NAME = re.compile(r"(median|^min$|^mean$|^p\d\d$|throughput|seconds|time|latency|_s$)", re.IGNORECASE)
+RATIO_NAME = re.compile(r"(ratio|speed_?up|slow_?down|fraction|share|gain|relative|_vs_|pays?_back|pct|percent)",
+                        re.IGNORECASE)
+TIMING_NAME = re.compile(r"(median|^min$|^mean$|^p\d\d$|throughput|seconds|time|latency|_s$|flops|bandwidth|"
+                         r"bytes_per_s|peak_flops|achieved|roof)", re.IGNORECASE)
+TARGET_NAME = re.compile(r"(target|budget|limit|slo|deadline|timeout)", re.IGNORECASE)
 
 
 def _identifiers(node: ast.AST) -> list[str]:
@@ -79,8 +85,12 @@ def _scaled(sides: list[ast.AST]) -> bool:
     return False
 
 
-def _strings(node: ast.AST) -> list[str]:
-    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+def _measured_vs_measured(sides: list[ast.AST]) -> bool:
+    """Every side names a timing-like value and none is a target or a limit."""
+    names = [_identifiers(s) for s in sides]
+    if any(any(TARGET_NAME.search(n) for n in side) for side in names):
+        return False
+    return all(any(TIMING_NAME.search(n) for n in side) for side in names)
 
 
 def findings(source: str) -> list[str]:
@@ -97,11 +107,11 @@ def findings(source: str) -> list[str]:
             sides = [node.left, *node.comparators]
             if (any(_number(s) for s in sides) and any(_ratio_like(s) for s in sides)) or _scaled(sides):
                 found.append(f"line {node.lineno}: threshold on a measured ratio: {ast.unparse(node)}")
-        elif isinstance(node, ast.JoinedStr | ast.IfExp):
-            words = sorted({w.lower() for s in _strings(node) for w in WORDS.findall(s)})
-            if words:
-                kind = "f-string" if isinstance(node, ast.JoinedStr) else "conditional expression"
-                found.append(f"line {node.lineno}: {kind} deciding '{', '.join(words)}' itself")
+            elif _measured_vs_measured(sides):
+                found.append(f"line {node.lineno}: two measurements compared directly: {ast.unparse(node)}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and WORDS.search(node.value):
+            words = sorted({w.lower() for w in WORDS.findall(node.value)})
+            found.append(f"line {node.lineno}: a string deciding '{', '.join(words)}' itself: {node.value[:60]!r}")
     return found
 
 
@@ -123,6 +133,12 @@ def notebook_findings(path: Path) -> list[str]:
     "print(f'it pays back after {n} calls')",
     "ok = m_fast.median / m_slow.median < 0.9",
     "share = fraction_of_bound > 1.0",
+    "if eager.median < compiled.median:\n    pass",
+    "ok = achieved / peak > 0.5",
+    "print('{} faster'.format(x))",
+    "print('compiled: ' + str(r) + 'x faster')",
+    "print({True: 'faster', False: 'slower'}[r > 1])",
+    "print('fp16 is slower than fp32 on this CPU')",
     "best = finite[finite <= 1.01 * finite.min()]",
     "knee = df.throughput >= 0.95 * df.throughput.max()",
 ])
@@ -137,7 +153,9 @@ def test_rule_catches(code):
     "n = max(1, total // 4)",
     "print('fp16 needs hardware units; see the table')",
     "x = a / b if a > 0 else 0",
-    "assert peak < 2 * weights_bytes",
+    "assert peak_bytes_used < 2 * weights_bytes",
+    "ok = [b for b, p99 in rows if p99 <= target]",
+    "fits = m.median < time_limit",
     "%timeit f(x)",
 ])
 def test_rule_leaves_alone(code):

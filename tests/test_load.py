@@ -1,5 +1,6 @@
 """Busy-machine detection: simulated, and once with real load (two CPU-spinning processes)."""
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -38,18 +39,45 @@ def test_benchmark_records_the_load_of_its_samples():
 
 
 SPIN = "import time\nend = time.time() + 20\nwhile time.time() < end:\n    pass\n"
+# Started through a parent that exits at once: the spinner is not this process's child (a child's work, like a
+# DataLoader worker's, counts as this process's own), as another program on the machine would not be.
+LAUNCH = ("import subprocess, sys\n"
+          "p = subprocess.Popen([sys.executable, '-c', sys.argv[1]], start_new_session=True,\n"
+          "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\nprint(p.pid)\n")
 
 
-def test_real_load_from_two_spinning_processes_is_detected():
-    spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(2)]
+def _spinner() -> int:
+    out = subprocess.run([sys.executable, "-c", LAUNCH, SPIN], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def test_own_threads_are_not_other_processes():
+    import threading
+
+    stop = time.perf_counter() + 1.0
+    worker = threading.Thread(target=lambda: [None for _ in iter(lambda: time.perf_counter() < stop, False)])
+    meter = device.LoadMeter()
+    worker.start()
+    worker.join()
+    load = meter.stop()
+    assert load.others_cpus is not None and load.others_cpus < device.BUSY_OTHERS_SHARE * load.usable_cpus, load
+
+
+def test_real_load_from_spinning_processes_is_detected():
+    # one spinner per usable CPU (two on the course's 2-core machine): others use about half the CPU time
+    import os
+    import signal
+
+    spinners = [_spinner() for _ in range(device.usable_cpus())]
     try:
         time.sleep(0.5)  # let them start spinning
         load = device.machine_load(1.0)
-        assert load.busy, f"two spinning processes on {device.usable_cpus()} CPUs were not detected: {load}"
+        assert load.busy, f"{len(spinners)} spinning processes on {device.usable_cpus()} CPUs were not detected: {load}"
         assert "other processes used" in load.reason()
-        m = benchmark(torch.mm, torch.randn(128, 128), torch.randn(128, 128), repeats=20, budget=0.5)
+        x = torch.randn(128, 128)
+        m = benchmark(torch.mm, x, x, repeats=20, min_sample_time=0.05, budget=1.0)  # a window of about 1 s
         assert m.busy and "the machine was busy" in m.summary(), m.load
     finally:
-        for p in spinners:
-            p.kill()
-            p.wait()
+        for pid in spinners:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -92,8 +92,24 @@ def test_a_call_longer_than_the_budget_gives_one_sample_and_says_so():
 
 
 def test_explicit_number_and_repeats_never_run_past_the_budget():
-    m = benchmark(time.sleep, 0.02, warmup=0, repeats=100, number=2, budget=0.1)
-    assert m.number == 2 and 1 <= m.n <= 3
+    start = time.perf_counter()
+    m = benchmark(time.sleep, 0.02, warmup=1, repeats=100, number=20, budget=0.2)  # 20 calls = 0.4 s a sample
+    elapsed = time.perf_counter() - start
+    assert m.number < 20 and m.meta["number_asked"] == 20, "an explicit number is clamped to fit the budget"
+    assert elapsed < 0.02 * 2 + 0.2 + 0.25, f"ran {elapsed:.2f} s against a 0.2 s budget"
+
+
+def test_a_compiling_first_call_does_not_cost_the_samples():
+    state = {"first": True}
+
+    def compile_then_fast():
+        if state["first"]:
+            state["first"] = False
+            time.sleep(0.3)  # longer than the whole budget, like a torch.compile
+        time.sleep(0.001)
+
+    m = benchmark(compile_then_fast, warmup=2, repeats=20, budget=0.2)
+    assert m.first_call >= 0.3 and not m.budget_limited and m.n >= 5, m
 
 
 def test_budget_none_runs_every_repeat():
@@ -101,19 +117,31 @@ def test_budget_none_runs_every_repeat():
     assert m.n == 30 and m.budget is None and not m.budget_limited
 
 
-def test_probe_never_runs_a_size_predicted_over_the_limit():
-    from helpers.timing import fit_to_budget
+def test_probe_never_runs_a_size_predicted_over_the_limit(monkeypatch):
+    import helpers.timing as timing
 
     ran = []
 
-    def make(n):  # a call whose cost grows as n³: 1e-3 s at n=10
-        return lambda: (ran.append(n), time.sleep(1e-3 * (n / 10) ** 3))
+    def fake_timed_call(fn, *args, **kwargs):  # a fake clock: a size-n call takes 1e-3·(n/10)³ s
+        return fn(), None
 
-    probe = fit_to_budget(make, [10, 20, 40, 80], limit=0.05, exponent=3)
+    monkeypatch.setattr(timing, "timed_call", fake_timed_call)
+
+    def make(n):
+        return lambda: (ran.append(n), 1e-3 * (n / 10) ** 3)[1]
+
+    probe = timing.fit_to_budget(make, [10, 20, 40, 80], limit=0.05, exponent=3)
     assert probe.size == 20 and set(probe.timed) == {10, 20}
     assert set(ran) == {10, 20}, "the 40 and 80 calls (64 ms and 512 ms predicted) must not run"
-    assert probe.predicted[40] == pytest.approx(0.064, rel=0.5) and 80 in probe.predicted
+    assert probe.predicted[40] == pytest.approx(0.064) and probe.predicted[80] == pytest.approx(0.512)
     assert "not run" in probe.summary()
+    ran.clear()
+    slow = timing.fit_to_budget(lambda n: lambda: (ran.append(n), 1.0)[1], [10, 20], limit=0.05)
+    assert slow.size is None and ran == [10], "a cold call over the limit is the probe: no second call"
+    with pytest.raises(ValueError, match="exponent"):
+        timing.fit_to_budget(make, [10], exponent="3")
+    with pytest.raises(ValueError, match="sizes"):
+        timing.fit_to_budget(make, [])
 
 
 def test_first_call_and_samples_share_the_callers_autograd_state():
@@ -135,10 +163,14 @@ def test_first_call_and_samples_share_the_callers_autograd_state():
 
 
 def test_flush_cache_takes_one_call_per_sample_and_flushes_outside_the_clock():
+    from helpers.timing import _CacheFlusher
+
+    flusher = _CacheFlusher(torch.device("cpu"))
+    flush_s = min(benchmark(flusher, repeats=3, budget=None, warmup=1).samples)
     x = torch.randn(1024)
     m = benchmark(torch.add, x, 1.0, repeats=5, budget=None, flush_cache=True)
     assert m.cache_flushed and m.number == 1 and m.n == 5
-    assert m.median < 0.05  # the flush (a buffer twice the last cache) is not in the sample
+    assert m.median < flush_s / 5, f"a sample ({m.median:.2e} s) must not contain the flush ({flush_s:.2e} s)"
 
 
 def test_torch_workload_and_items_give_throughput():
@@ -281,6 +313,7 @@ def test_non_callable_is_refused_with_a_hint():
 @pytest.mark.parametrize("kwargs", [
     {"repeats": 0}, {"warmup": -1}, {"number": 0}, {"items": 0}, {"repeats": 2.5},
     {"min_sample_time": 0}, {"budget": -1}, {"budget": 0}, {"budget": math.inf}, {"budget": True},
+    {"budget": "long"},
 ])
 def test_bad_parameters_are_refused(kwargs):
     with pytest.raises(ValueError) as info:
