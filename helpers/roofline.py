@@ -51,6 +51,9 @@ DISPATCH_VARIANT = "dispatch latency"
 STORE_VERSION = 2
 #: A stored roof that was noisy is re-measured at most this many times (a busy machine stays busy).
 MAX_REMEASURES = 2
+#: Each sample of a compute roof lasts at least this long (several calls of a short kernel): a sub-millisecond
+#: kernel timed one call at a time jitters by more than the 10 % that flags a measurement noisy.
+ROOF_SAMPLE_TIME = 5e-3
 
 
 def matmul_variant(dtype: str) -> str:
@@ -116,7 +119,8 @@ def matmul_flops(
     repeats = repeats if repeats is not None else pick(5, 15)
     call = _matmul_call(dtype, n, dev)
     with _matmul_precision(dtype), torch.inference_mode():
-        m = benchmark(call, label=f"matmul {n}×{n} {dtype}", device=dev, repeats=repeats, warmup=2, budget=budget)
+        m = benchmark(call, label=f"matmul {n}×{n} {dtype}", device=dev, repeats=repeats, warmup=2, budget=budget,
+                      min_sample_time=ROOF_SAMPLE_TIME)
     return 2 * n**3 / m.min, m
 
 
@@ -173,7 +177,8 @@ def matmul_roof(dtype: str = "fp32", device: DeviceLike = None, sizes: list[int]
         with _matmul_precision(dtype), torch.inference_mode():
             first = fit_to_budget(lambda _: call, [1], limit=budget / MIN_SAMPLES, device=dev)
             if first.size is not None:
-                m = benchmark(call, label=f"{label} {dtype}", device=dev, warmup=2, budget=budget)
+                m = benchmark(call, label=f"{label} {dtype}", device=dev, warmup=2, budget=budget,
+                              min_sample_time=ROOF_SAMPLE_TIME)
                 if flops / m.min > best["flops"]:
                     best.update(flops=flops / m.min, measurement=m, source=label)
     return best
