@@ -97,29 +97,40 @@ def _matmul_precision(dtype_name: str) -> Iterator[None]:
         matmul.fp32_precision = before
 
 
-def _matmul_call(dtype: str, n: int, dev: torch.device) -> Callable[[], Any]:
+#: The two layouts a float matmul is timed in: ``x @ w.T`` (what an nn.Linear runs, ``F.linear``) and row-major
+#: ``a @ b``. Libraries pick different kernels for them: on a CPU without bf16/fp16 units ``a @ b`` can fall into
+#: a generic kernel many times slower (notebook 02 shows it), while in fp32 it is often the faster one.
+LAYOUTS = ("x @ w.T", "a @ b")
+
+
+def _matmul_call(dtype: str, n: int, dev: torch.device, layout: str = LAYOUTS[0]) -> Callable[[], Any]:
     if dtype == "int8":  # int8 × int8 → int32, the product int8 inference runs on (torchao, ORT's U8S8)
         a = torch.randint(-64, 64, (n, n), dtype=torch.int8, device=dev)
         b = torch.randint(-64, 64, (n, n), dtype=torch.int8, device=dev)
         return lambda: torch._int_mm(a, b)
     a = torch.randn(n, n, device=dev).to(_DTYPES[dtype])
-    b = torch.randn(n, n, device=dev).to(_DTYPES[dtype])
-    return lambda: torch.mm(a, b)
+    w = torch.randn(n, n, device=dev).to(_DTYPES[dtype])
+    if layout == LAYOUTS[0]:
+        return lambda: torch.nn.functional.linear(a, w)
+    return lambda: torch.mm(a, w)
 
 
 def matmul_flops(
     dtype: str = "fp32", device: DeviceLike = None, n: int | None = None, repeats: int | None = None,
-    budget: float | None | str = "default",
+    budget: float | None | str = "default", layout: str = LAYOUTS[0],
 ) -> tuple[float, Measurement]:
-    """Achieved FLOP/s (int8: OP/s) of one ``n×n @ n×n`` matmul (``2·n³`` operations), from its fastest
-    sample, and the timing behind it. ``n`` defaults to the largest of :func:`default_sizes`."""
+    """Achieved FLOP/s (int8: OP/s) of one ``n×n`` matmul (``2·n³`` operations) in ``layout`` (one of
+    :data:`LAYOUTS`; int8 is ``torch._int_mm``), from its fastest sample, and the timing behind it.
+    ``n`` defaults to the largest of :func:`default_sizes`."""
     check_choice("dtype", dtype, sorted(_DTYPES), "pick one of those names.")
+    check_choice("layout", layout, LAYOUTS, "pick one of the two layouts.")
     dev = choose_device(device)
     n = default_sizes(dev)[-1] if n is None else check_int("n", n, 1, hint="pass a positive matrix size.")
     repeats = repeats if repeats is not None else pick(5, 15)
-    call = _matmul_call(dtype, n, dev)
+    call = _matmul_call(dtype, n, dev, layout)
+    name = f"matmul {n}×{n} {dtype}" + (f" ({layout})" if dtype != "int8" else "")
     with _matmul_precision(dtype), torch.inference_mode():
-        m = benchmark(call, label=f"matmul {n}×{n} {dtype}", device=dev, repeats=repeats, warmup=2, budget=budget,
+        m = benchmark(call, label=name, device=dev, repeats=repeats, warmup=2, budget=budget,
                       min_sample_time=ROOF_SAMPLE_TIME)
     return 2 * n**3 / m.min, m
 
@@ -137,7 +148,8 @@ def _conv_case(dtype: str, dev: torch.device) -> tuple[Callable[[], Any], float,
 def matmul_roof(dtype: str = "fp32", device: DeviceLike = None, sizes: list[int] | None = None,
                 budget: float | None = None, conv: bool = True) -> dict[str, Any]:
     """The compute roof of ``dtype``: the best FLOP/s over square matmuls of ``sizes`` (default
-    :func:`default_sizes`) and, for fp32 and bf16 (fp16 too on a GPU) with ``conv``, a 3×3 convolution (the
+    :func:`default_sizes`), in the faster of the two :data:`LAYOUTS` (both are probed), and, for fp32 and bf16
+    (fp16 too on a GPU) with ``conv``, a 3×3 convolution (the
     course's CNNs run on oneDNN / cuDNN convolutions, which can beat the best GEMM). Sizes are probed from the
     smallest with one call each (:func:`helpers.timing.fit_to_budget`) and only those whose call fits
     ``budget / MIN_SAMPLES`` are timed: fp16 on a CPU without fp16 units is never run at a size that would
@@ -154,19 +166,29 @@ def matmul_roof(dtype: str = "fp32", device: DeviceLike = None, sizes: list[int]
         raise ValueError(f"sizes={sizes} is not allowed for int8 on a GPU: torch._int_mm needs sizes above 16 that "
                          "are multiples of 8.")
     none = {"flops": math.nan, "measurement": None, "size": None, "source": None, "predicted": {}}
+    probes = {}
     try:
         with _matmul_precision(dtype), torch.inference_mode():
-            probe = fit_to_budget(lambda n: _matmul_call(dtype, n, dev), sizes, limit=budget / MIN_SAMPLES,
-                                  device=dev)
+            for layout in LAYOUTS[:1] if dtype == "int8" else LAYOUTS:
+                probes[layout] = fit_to_budget(lambda n, lay=layout: _matmul_call(dtype, n, dev, lay), sizes,
+                                               limit=budget / MIN_SAMPLES, device=dev)
     except torch.OutOfMemoryError:
         raise
     except (RuntimeError, NotImplementedError):  # this backend has no such matmul
         return none
+
+    def rate(layout: str) -> float:  # the probe's FLOP/s at the largest size this layout ran
+        n = max(probes[layout].timed)
+        return 2 * n**3 / probes[layout].timed[n]
+
+    layout = max(probes, key=rate)  # only the faster layout is timed at every size
+    probe = probes[layout]
     best = dict(none, predicted=probe.predicted)
     for n in [s for s, t in probe.timed.items() if t <= probe.limit]:
-        flops, m = matmul_flops(dtype, dev, n=n, budget=budget)
+        flops, m = matmul_flops(dtype, dev, n=n, budget=budget, layout=layout)
         if not flops <= best["flops"]:  # also replaces the initial NaN
-            best.update(flops=flops, measurement=m, size=n, source=f"matmul {n}×{n}")
+            best.update(flops=flops, measurement=m, size=n,
+                        source=f"matmul {n}×{n}" + (f", {layout}" if dtype != "int8" else ""))
     if best["measurement"] is None:  # even the smallest size was too slow for the budget: its probe call is the roof
         n, seconds = next(iter(probe.timed.items()))
         best.update(flops=2 * n**3 / seconds, size=n, source=f"matmul {n}×{n} (one probe call)",
@@ -403,7 +425,7 @@ class Roofline:
     def table(self) -> Any:
         import pandas as pd
 
-        rows = [{"limit": f"matmul {k}" + (f" ({self.sizes[k]}²)" if k in self.sizes else ""),
+        rows = [{"limit": f"compute {k}" + (f" ({self.sources[k]})" if self.sources.get(k) else ""),
                  "value": v / 1e9, "unit": "GOP/s" if k == "int8" else "GFLOP/s",
                  "spread (IQR/median)": self.spread.get(k)} for k, v in self.peak_flops.items()]
         rows.append({"limit": BANDWIDTH_VARIANT, "value": self.bandwidth / 1e9, "unit": "GB/s",

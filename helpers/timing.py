@@ -9,7 +9,7 @@ The rules it enforces, so a notebook cannot forget them:
   ``time.perf_counter`` on the CPU;
 * tiny workloads are repeated ``number`` times per sample so the timer's resolution does not dominate;
 * a **time budget** bounds every measurement, as ``torch.utils.benchmark``'s ``blocked_autorange`` and
-  ``triton.testing.do_bench`` do: sampling stops when the budget is spent (at least 3 samples when they
+  ``triton.testing.do_bench`` do: sampling stops when the budget is spent (at least 5 samples when they
   fit), and a call longer than the budget gives the first call plus one timed sample, marked
   ``budget_limited``;
 * the result keeps every raw sample and reports median, IQR and p95, never the mean of one run, and says

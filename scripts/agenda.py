@@ -5,8 +5,10 @@
     .venv/bin/python scripts/agenda.py --check    # exit 1 if either file is out of date (a test runs this)
 
 Run times come from ``data/reference/<machine>.env.json`` (``notebooks.<name>.full_seconds`` and
-``quick_seconds``, measured by ``scripts/full_run.py``). A slot in the agenda is the notebook's measured run
-time plus fixed teaching time (introduction and discussion) and exercise time, rounded up to 5 minutes.
+``quick_seconds``, measured by ``scripts/runtimes.py`` or ``scripts/full_run.py``): the course's CI Xeon, the
+AVX2-only AMD EPYC (the slow case: no AVX-512, AMX or bf16/fp16 units, like most x86 laptops) and the H200.
+A slot in the agenda is the notebook's measured run time plus fixed teaching time (introduction and
+discussion) and exercise time, rounded up to 5 minutes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "data" / "reference"
 CPU, GPU = "cpu-intel-xeon-2cpu", "cuda-nvidia-h200"
+#: a CPU like most x86 laptops in what it lacks (AVX2 only: no AVX-512, no AMX, no bf16/fp16/VNNI units)
+CPU_NO_AVX512 = "cpu-amd-epyc-2cpu"
 
 #: minutes of teaching around each notebook (explaining, discussing results) and for its exercises:
 #: the half day keeps to the core, the full day leaves room for every exercise and the discussion of results
@@ -59,14 +63,17 @@ def minutes(seconds: float | None) -> str:
 
 
 def runtime_table() -> str:
-    cpu, gpu = runtimes(CPU), runtimes(GPU)
-    lines = ["| # | notebook | quick, CPU (cold caches) | full, CPU | full, H200 | GPU needed for the full lesson? |",
-             "|---|---|---|---|---|---|"]
+    cpu, gpu, plain = runtimes(CPU), runtimes(GPU), runtimes(CPU_NO_AVX512)
+    lines = ["| # | notebook | quick, CPU (cold caches) | full, CPU | quick / full, AVX2-only CPU | full, H200 "
+             "| GPU needed for the full lesson? |",
+             "|---|---|---|---|---|---|---|"]
     for name in notebooks():
         quick = minutes(cpu.get(name, {}).get("quick_seconds"))
         full = minutes(cpu.get(name, {}).get("full_seconds"))
+        slow = plain.get(name, {})
+        weak = f"{minutes(slow.get('quick_seconds'))} / {minutes(slow.get('full_seconds'))}"
         on_gpu = minutes(gpu.get(name, {}).get("seconds"))
-        lines.append(f"| {name[:2]} | {name[3:].replace('_', ' ')} | {quick} | {full} | {on_gpu} "
+        lines.append(f"| {name[:2]} | {name[3:].replace('_', ' ')} | {quick} | {full} | {weak} | {on_gpu} "
                      f"| {GPU_PARTS.get(name, '–')} |")
     return "\n".join(lines)
 
