@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from .checks import check_choice, check_int
-from .paths import DATA_DIR
+from .paths import DATA_DIR, verify_shipped
 
 DIGITS_FILE = DATA_DIR / "digits.pt"
 PHOTOS_DIR = DATA_DIR / "photos"
@@ -24,10 +24,7 @@ SPLITS = ("train", "test", "all")
 
 
 def _digits_raw() -> dict[str, torch.Tensor]:
-    if not DIGITS_FILE.exists():
-        raise FileNotFoundError(
-            f"{DIGITS_FILE} is missing; restore it with `git checkout data/` or run `python scripts/make_data.py`."
-        )
+    verify_shipped(DIGITS_FILE, DATA_DIR)  # a missing or altered file stops here, with how to restore it
     return torch.load(DIGITS_FILE, weights_only=True)
 
 
@@ -75,6 +72,11 @@ def read_photo(path: str | Path) -> torch.Tensor:
     from PIL import Image
     from torchvision.transforms.v2.functional import pil_to_tensor
 
+    path = Path(path)
+    if path.resolve().is_relative_to(DATA_DIR.resolve()):
+        verify_shipped(path, DATA_DIR)  # a shipped photo is checked; a learner's own is read as it is
+    elif not path.is_file():
+        raise FileNotFoundError(f"path={str(path)!r} is not an image file: pass the path of a JPEG or PNG.")
     with Image.open(path) as image:
         return pil_to_tensor(image.convert("RGB"))
 

@@ -41,3 +41,53 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+class ShippedDataError(ValueError):
+    """A shipped data file is missing, truncated or altered (it does not match ``data/checksums.sha256``)."""
+
+
+_VERIFIED: dict[tuple[str, str], tuple[int, int]] = {}
+
+
+def _checksums(data_dir: Path) -> dict[str, str]:
+    listing = data_dir / "checksums.sha256"
+    try:
+        lines = listing.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        raise ShippedDataError(f"{listing} is missing: restore the shipped data with `git checkout data/`.") from None
+    table = {}
+    for line in lines:
+        digest, _, name = line.strip().partition("  ")
+        if digest and name:
+            table[name] = digest
+    return table
+
+
+def verify_shipped(path: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Check a shipped file against ``data/checksums.sha256`` before it is loaded, once per process (again
+    only if its size or modification time changes). A missing, truncated or altered file raises
+    :class:`ShippedDataError` with one line saying how to restore it; returns the path."""
+    import hashlib
+
+    path, root = Path(path), Path(data_dir) if data_dir is not None else DATA_DIR
+    try:
+        name = path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        raise ShippedDataError(f"{path} is not a file of the shipped data folder {root}.") from None
+    restore = "restore it with `git checkout data/` (or rebuild the data with `make data`)"
+    if not path.is_file():
+        raise ShippedDataError(f"data/{name} is missing: {restore}.")
+    stat = path.stat()
+    key, state = (str(root.resolve()), name), (stat.st_size, stat.st_mtime_ns)
+    if _VERIFIED.get(key) == state:
+        return path
+    expected = _checksums(root).get(name)
+    if expected is None:
+        raise ShippedDataError(f"data/{name} is not listed in data/checksums.sha256: {restore}.")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != expected:
+        raise ShippedDataError(f"data/{name} does not match its checksum (truncated or altered, {stat.st_size} "
+                               f"bytes): {restore}.")
+    _VERIFIED[key] = state
+    return path

@@ -92,3 +92,53 @@ def test_train_classifier_learns_the_digits():
     assert models.accuracy(model, x_test, y_test) >= 0.9
     with pytest.raises(ValueError):
         models.train_classifier(models.DigitsMLP(hidden=8), x, y, epochs=0)
+
+
+# -- shipped data is verified when loaded -------------------------------------------------------------------
+
+def _fake_data(tmp_path, monkeypatch, flip: bool = False, truncate: bool = False, remove: bool = False):
+    import shutil
+
+    root = tmp_path / "data"
+    root.mkdir()
+    shutil.copy(DATA_DIR / "checksums.sha256", root / "checksums.sha256")
+    checkpoint = root / "digits_cnn.pt"
+    blob = bytearray((DATA_DIR / "digits_cnn.pt").read_bytes())
+    if flip:
+        blob[len(blob) // 2] ^= 0x01  # one bit, in the middle of the weights
+    if truncate:
+        blob = blob[: len(blob) // 2]
+    if not remove:
+        checkpoint.write_bytes(bytes(blob))
+    monkeypatch.setattr(models, "DATA_DIR", root)
+    monkeypatch.setattr(models, "DIGITS_CHECKPOINT", checkpoint)
+    return models
+
+
+@pytest.mark.parametrize("fault", ["flip", "truncate", "remove"])
+def test_an_altered_truncated_or_missing_checkpoint_is_refused_in_one_line(tmp_path, monkeypatch, fault):
+    from helpers.paths import ShippedDataError
+
+    models = _fake_data(tmp_path, monkeypatch, **{fault: True})
+    with pytest.raises(ShippedDataError, match="git checkout data/") as info:
+        models.digits_classifier()
+    assert one_line(info.value)
+
+
+def test_an_intact_copy_loads_and_the_check_runs_once(tmp_path, monkeypatch):
+    models = _fake_data(tmp_path, monkeypatch)
+    calls = []
+    original = hashlib.sha256
+    monkeypatch.setattr(hashlib, "sha256", lambda *a: (calls.append(1), original(*a))[1])
+    models.digits_classifier()
+    models.digits_classifier()
+    assert len(calls) == 1, "the checksum is computed once per process, not per load"
+
+
+def test_a_shipped_photo_is_verified_and_a_missing_path_is_refused(tmp_path):
+    from helpers.data import photo_paths, read_photo
+
+    assert read_photo(photo_paths()[0]).dtype == torch.uint8
+    with pytest.raises(FileNotFoundError, match="image file") as info:
+        read_photo(tmp_path / "nope.jpg")
+    assert one_line(info.value)
