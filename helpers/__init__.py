@@ -20,11 +20,20 @@ from __future__ import annotations
 import os as _os
 
 from . import noise as _noise
+from .paths import ensure_dir as _ensure_dir
 from .paths import outputs_dir as _outputs_dir
 
 _noise.install()
 # torch.compile's caches go to the ignored outputs folder, so a re-run compiles in seconds, not tens of seconds.
-_os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_outputs_dir() / "inductor-cache"))
+# Importing never fails on the environment: where that folder cannot be made, torch keeps its own cache folder
+# and the first result the course tries to write says, in one line, to set COURSE_OUTPUTS.
+if "TORCHINDUCTOR_CACHE_DIR" not in _os.environ:
+    try:
+        _os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(_ensure_dir(_outputs_dir() / "inductor-cache"))
+    except OSError as _exc:
+        import warnings as _warnings
+
+        _warnings.warn(f"{_exc} (torch.compile keeps its default cache folder meanwhile)", stacklevel=2)
 
 from .device import choose_device, environment_report, machine_id, sync  # noqa: E402
 from .modes import course_mode, pick  # noqa: E402

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from .checks import check_choice, check_int
-from .paths import outputs_dir
+from .paths import output_subdir
 
 LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
           "all": "ORT_ENABLE_ALL"}
@@ -34,9 +34,7 @@ LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended"
 
 def onnx_dir() -> Path:
     """Where exported and quantized models go: ``<outputs>/onnx`` (git-ignored)."""
-    path = outputs_dir() / "onnx"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return output_subdir("onnx")
 
 
 def export(model: torch.nn.Module, example: torch.Tensor, name: str, dynamic_batch: bool = True,

@@ -11,15 +11,41 @@ DATA_DIR: Path = REPO_ROOT / "data"
 REFERENCE_DIR: Path = DATA_DIR / "reference"
 
 
-def outputs_dir() -> Path:
-    """The folder for everything a run produces (results, traces, exported models, caches).
+class OutputsNotWritable(OSError):
+    """The outputs folder (``COURSE_OUTPUTS``) cannot be created or written."""
 
-    ``COURSE_OUTPUTS`` overrides it (the full-mode run script points it at its own folder);
-    otherwise it is ``outputs/`` at the repository root, which git ignores.
+
+def outputs_dir() -> Path:
+    """The folder for everything a run produces (results, traces, exported models, caches). Creates nothing.
+
+    ``COURSE_OUTPUTS`` overrides it (the full-mode run script points it at its own folder); a relative value is
+    taken from the repository root, so a notebook (run from notebooks/) and a script agree on where it is.
+    Otherwise it is ``outputs/`` at the repository root, which git ignores.
     """
-    path = Path(os.environ.get("COURSE_OUTPUTS") or REPO_ROOT / "outputs").expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
+    raw = os.environ.get("COURSE_OUTPUTS", "").strip()
+    path = Path(raw).expanduser() if raw else REPO_ROOT / "outputs"
+    return (path if path.is_absolute() else REPO_ROOT / path).resolve()
+
+
+def ensure_dir(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` (and its parents) for writing, or fail with one line naming ``COURSE_OUTPUTS``."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputsNotWritable(
+            f"cannot write to {path} ({exc.strerror or type(exc).__name__}): set COURSE_OUTPUTS to a folder you can "
+            "write, e.g. COURSE_OUTPUTS=$HOME/course-outputs, and restart the kernel."
+        ) from None
+    if not os.access(path, os.W_OK):
+        raise OutputsNotWritable(f"cannot write to {path} (no write permission): set COURSE_OUTPUTS to a folder "
+                                 "you can write, e.g. COURSE_OUTPUTS=$HOME/course-outputs, and restart the kernel.")
     return path
+
+
+def output_subdir(name: str) -> Path:
+    """``<outputs>/<name>``, created for writing (one-line error when it cannot be)."""
+    return ensure_dir(outputs_dir() / name)
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
@@ -28,7 +54,7 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
     import tempfile
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

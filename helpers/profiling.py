@@ -21,7 +21,7 @@ from typing import Any
 from .checks import check_callable, check_int
 from .device import DeviceLike, choose_device, sync
 from .noise import profiler_markers_silenced
-from .paths import outputs_dir
+from .paths import output_subdir
 
 #: the op every read-back of a value to Python goes through (.item(), bool(t), int(t)), once per read-back
 READ_BACK = "aten::_local_scalar_dense"
@@ -33,9 +33,7 @@ SYNC_OPS = (READ_BACK, *CUDA_WAITS)
 
 
 def traces_dir() -> Path:
-    path = outputs_dir() / "traces"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return output_subdir("traces")
 
 
 @contextlib.contextmanager

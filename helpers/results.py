@@ -2,7 +2,8 @@
 
 This machine's results go to ``<outputs>/results/<machine_id>.jsonl`` (one JSON object per line; the
 outputs folder is git-ignored). Appends are safe with several notebooks running at once: each record is
-one ``write`` of one whole line on a file opened with ``O_APPEND``, under an exclusive ``flock``. If a
+one ``write`` of one whole line on a file opened with ``O_APPEND``, under an exclusive lock (``filelock``: a
+``<file>.lock`` beside it, portable to Windows). If a
 process dies in the middle of a write, the torn last line is skipped by the loader (with a warning) and the
 next append starts on a fresh line, so the file stays readable.
 
@@ -12,7 +13,6 @@ Reference results measured on real machines live in ``data/reference/*.jsonl`` i
 from __future__ import annotations
 
 import datetime as _dt
-import fcntl
 import json
 import math
 import os
@@ -26,7 +26,7 @@ import torch
 
 from .device import DeviceLike, choose_device, machine_id
 from .modes import course_mode
-from .paths import REFERENCE_DIR, outputs_dir
+from .paths import REFERENCE_DIR, ensure_dir, outputs_dir
 from .timing import Measurement
 
 
@@ -118,11 +118,19 @@ def append_record(record: Mapping[str, Any], path: str | os.PathLike[str]) -> Pa
         raise ValueError(
             f"record cannot be stored ({exc}); put only numbers, strings, lists and dicts in it."
         ) from None
+    from filelock import FileLock
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(path.parent)
+    # filelock (portable: no fcntl, so `import helpers` works on Windows) serialises writers of this file
+    with FileLock(str(path) + ".lock"):
+        _append_line(path, line)
+    return path
+
+
+def _append_line(path: Path, line: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         # A writer that died mid-line leaves no trailing newline: start ours on a fresh line.
         size = os.fstat(fd).st_size
         if size:
@@ -136,8 +144,7 @@ def append_record(record: Mapping[str, Any], path: str | os.PathLike[str]) -> Pa
             view = view[written:]
         os.fsync(fd)
     finally:
-        os.close(fd)  # also releases the lock
-    return path
+        os.close(fd)
 
 
 def record(
