@@ -1,4 +1,5 @@
-"""Running out of memory without crashing: the one place where ``torch.OutOfMemoryError`` is caught.
+"""Running out of memory without crashing: the one place where an out-of-memory error is caught
+(``torch.OutOfMemoryError`` on a GPU, the CPU allocator's ``RuntimeError`` on a CPU: :func:`is_out_of_memory`).
 
 Every helper here follows one rule, written once in :func:`_attempt`: **catch** the out-of-memory error (and
 nothing else: any other exception is a real bug and propagates), **free** memory *after* the ``except``
@@ -41,14 +42,28 @@ def free_memory(device: DeviceLike = None) -> None:
 
 
 _FAILED = object()
+#: What the CPU allocator says when an allocation fails: it raises a plain ``RuntimeError``, not
+#: ``torch.OutOfMemoryError`` (that one comes from the CUDA caching allocator).
+CPU_OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for an allocation failure on any device: ``torch.OutOfMemoryError`` (CUDA, MPS) or the CPU
+    allocator's ``RuntimeError``. Any other error is a real bug and must propagate."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and any(text in str(exc) for text in CPU_OOM_MESSAGES)
 
 
 def _attempt(fn: Callable[..., Any], *args: Any, device: DeviceLike = None) -> tuple[bool, Any]:
-    """``(True, fn(*args))``, or ``(False, None)`` when the call ran out of memory; then memory was freed,
-    outside the except block (its traceback holds the failed attempt's tensors until the block ends)."""
+    """``(True, fn(*args))``, or ``(False, None)`` when the call ran out of memory (on a GPU or on the CPU);
+    then memory was freed, outside the except block (its traceback holds the failed attempt's tensors until
+    the block ends)."""
     try:
         result = fn(*args)
-    except torch.OutOfMemoryError:
+    except (torch.OutOfMemoryError, RuntimeError) as exc:
+        if not is_out_of_memory(exc):
+            raise
         result = _FAILED
     if result is _FAILED:
         free_memory(device)
@@ -67,7 +82,7 @@ class FitSearch:
 
 def largest_fitting_batch(try_batch: Callable[[int], Any], start: int = 1, limit: int = 2**14,
                           device: DeviceLike = None) -> FitSearch:
-    """Find the largest batch for which ``try_batch(b)`` does not raise ``torch.OutOfMemoryError``.
+    """Find the largest batch for which ``try_batch(b)`` does not run out of memory (:func:`is_out_of_memory`).
 
     Doubles from ``start`` until a batch fails (or ``limit`` is reached), then bisects between the last
     batch that fitted and the first that did not. After each OOM it frees what it can (garbage collection and
@@ -119,7 +134,7 @@ class BackoffResult:
 
 def run_with_oom_backoff(fn: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor, batch: int,
                          min_batch: int = 1, device: DeviceLike = None) -> BackoffResult:
-    """Run ``fn`` over ``inputs`` in chunks of ``batch``; when a chunk raises ``torch.OutOfMemoryError``, free
+    """Run ``fn`` over ``inputs`` in chunks of ``batch``; when a chunk runs out of memory (GPU or CPU), free
     memory (garbage collection, the CUDA cache of ``device``, by default that of ``inputs``), halve the batch
     and retry that chunk, down to ``min_batch``. Returns the outputs in order (concatenated on the first
     dimension) and what it had to do."""

@@ -91,3 +91,43 @@ def test_bad_arguments_get_one_line(call, error, match):
     with pytest.raises(error, match=match) as info:
         call()
     assert one_line(info.value)
+
+
+# -- a real CPU allocation failure (the CPU allocator raises RuntimeError, not torch.OutOfMemoryError) ----------
+
+def _real_allocation(b: int) -> torch.Tensor:
+    # 8 MiB at b=1, ×8 per step: 16 TiB at b=8, which no machine's allocator grants. torch.empty touches no page,
+    # so the batches that do fit cost nothing.
+    return torch.empty(2 ** (20 + 3 * b), dtype=torch.uint8)
+
+
+def test_a_real_cpu_allocation_failure_is_recognised():
+    with pytest.raises(RuntimeError) as info:
+        _real_allocation(8)
+    assert not isinstance(info.value, torch.OutOfMemoryError)
+    assert oom.is_out_of_memory(info.value)
+    assert not oom.is_out_of_memory(RuntimeError("shape mismatch"))
+
+
+def test_the_search_survives_a_real_cpu_allocation_failure():
+    search = oom.largest_fitting_batch(_real_allocation, start=1, limit=64, device="cpu")
+    assert 1 <= search.largest < 8 and not search.hit_limit
+    assert (8, False) in search.attempts, search.attempts
+
+
+def test_the_back_off_survives_a_real_cpu_allocation_failure():
+    def step(chunk):  # a chunk of more than 2 items asks for 16 TiB
+        _real_allocation(8 if len(chunk) > 2 else 1)
+        return chunk * 2
+
+    x = torch.arange(10.0)
+    result = oom.run_with_oom_backoff(step, x, batch=8, device="cpu")
+    assert torch.equal(result.outputs, x * 2) and result.retries
+
+
+def test_other_runtime_errors_still_propagate():
+    def broken(b):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    with pytest.raises(RuntimeError, match="shapes"):
+        oom.largest_fitting_batch(broken, device="cpu")
