@@ -11,7 +11,10 @@ Writes, under OUT:
 Work files the notebooks produce (exported models, traces, compile caches) go to OUT/work, which
 ``--work`` can move elsewhere (e.g. /tmp, when only the results should come back). To turn a run into
 shipped reference results: copy OUT/results.jsonl to data/reference/<machine_id>.jsonl (see data/README.md).
-Exits non-zero if any notebook failed; the others still run.
+Exits non-zero if any notebook failed; the others still run. Interrupted (Ctrl-C, or SIGTERM from a time
+limit), it stops, still writes ``summary.json`` (the running notebook "interrupted", the rest "not run") and the
+merged results, and exits 130. ``summary.json`` is also rewritten after every notebook. An earlier run's
+results left in the work folder are moved aside (``results-before-<time>``), never deleted.
 
 Executors: ``kernel`` runs each notebook in a Jupyter kernel (nbclient), as a learner would. ``plain`` runs
 each notebook's code cells in a fresh Python process, capturing printed output and the value of each cell's
@@ -24,7 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -146,8 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve()
     work = (args.work or out / "work").resolve()
     (out / "executed").mkdir(parents=True, exist_ok=True)
-    # A previous run's results in `work` would be mixed in: start clean.
-    shutil.rmtree(work / "results", ignore_errors=True)
+    # A previous run's results in `work` would be mixed in, and may be its only copy (an interrupted run):
+    # move them aside, never delete them.
+    previous = work / "results"
+    if previous.is_dir() and any(previous.iterdir()):
+        kept = work / f"results-before-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        previous.rename(kept)
+        print(f"an earlier run's results were in {previous}: kept in {kept}", flush=True)
     os.environ["COURSE_MODE"] = args.mode
     os.environ["COURSE_OUTPUTS"] = str(work)
     # The kernels import helpers from this checkout even where it is not pip-installed (a GPU box's own torch).
@@ -155,27 +163,72 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, str(REPO))
     import helpers
+    from helpers.paths import write_atomic
 
     summary: dict = {"mode": args.mode, "executor": executor, "environment": helpers.environment_report(),
                      "notebooks": {}}
-    failed = 0
-    for path in notebooks:
-        start = time.perf_counter()
-        run = run_kernel if executor == "kernel" else run_plain
-        # plain: one timeout for the whole notebook, generous since the per-cell limit cannot apply
-        status, error = run(path, out / "executed" / path.name, args.timeout)
-        failed += status != "ok"
-        seconds = round(time.perf_counter() - start, 1)
-        summary["notebooks"][path.stem] = {"status": status, "seconds": seconds, "error": error}
-        print(f"{path.name}: {status} in {seconds:.0f} s" + (f" ({error})" if error else ""), flush=True)
-
-    results = sorted((work / "results").glob("*.jsonl"))
-    with open(out / "results.jsonl", "w", encoding="utf-8") as merged:
-        for file in results:
-            merged.write(file.read_text(encoding="utf-8"))
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"{len(notebooks) - failed}/{len(notebooks)} notebooks ok; results in {out / 'results.jsonl'}")
+    run = run_kernel if executor == "kernel" else run_plain
+    # A time limit (`timeout`, a batch scheduler) sends SIGTERM: stop like Ctrl-C, so what ran is still collected.
+    signal.signal(signal.SIGTERM, _interrupt)
+    failed, interrupted = 0, False
+    try:
+        for path in notebooks:
+            summary["notebooks"][path.stem] = {"status": "running", "seconds": None, "error": None}
+            start = time.perf_counter()
+            try:
+                # plain: one timeout for the whole notebook, generous since the per-cell limit cannot apply
+                status, error = run(path, out / "executed" / path.name, args.timeout)
+            finally:
+                seconds = round(time.perf_counter() - start, 1)
+                summary["notebooks"][path.stem].update(status="interrupted", seconds=seconds)
+            failed += status != "ok"
+            summary["notebooks"][path.stem] = {"status": status, "seconds": seconds, "error": error}
+            print(f"{path.name}: {status} in {seconds:.0f} s" + (f" ({error})" if error else ""), flush=True)
+            write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")  # after every notebook
+    except KeyboardInterrupt:
+        interrupted = True
+        for path in notebooks:
+            summary["notebooks"].setdefault(path.stem, {"status": "not run", "seconds": None, "error": None})
+        print("interrupted: the results of the notebooks that ran are collected below", flush=True)
+    finally:
+        records, torn = merge_results(sorted((work / "results").glob("*.jsonl")), out / "results.jsonl")
+        summary["interrupted"] = interrupted
+        write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    print(f"{len(notebooks) - failed}/{len(notebooks)} notebooks ok; {records} records in {out / 'results.jsonl'}"
+          + (f" ({torn} torn or corrupt line(s) skipped)" if torn else ""))
+    if interrupted:
+        return 130
     return 1 if failed else 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def merge_results(files: list[Path], dest: Path) -> tuple[int, int]:
+    """Every complete record of ``files``, in order, written to ``dest`` atomically; a torn or corrupt line (a
+    writer killed mid-line) is skipped and counted, never glued to the first line of the next file.
+    Returns (records kept, lines skipped)."""
+    from helpers.paths import write_atomic
+
+    kept, torn = [], 0
+    for file in files:
+        for line in file.read_text(encoding="utf-8", errors="replace").splitlines():
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                torn += 1
+                continue
+            if isinstance(record, dict):
+                kept.append(json.dumps(record, ensure_ascii=False))
+            else:
+                torn += 1
+    if torn:
+        print(f"warning: skipped {torn} torn or corrupt line(s) while merging results into {dest}", file=sys.stderr)
+    write_atomic(dest, "".join(line + "\n" for line in kept))
+    return len(kept), torn
 
 
 if __name__ == "__main__":

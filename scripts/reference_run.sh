@@ -6,7 +6,7 @@
 # Runs scripts/full_run.py with the interpreter on PATH (python3: a GPU image's own torch), the plain executor
 # when Jupyter is missing, work files in /tmp so that only a few files come back, and a total time limit after
 # which whatever was measured is still collected. Leaves under OUT: results.jsonl (every record made, also
-# after a timeout), summary.json (environment + per-notebook status, when the run finished), environment.txt
+# after a timeout), summary.json (environment + per-notebook status, also after a timeout), environment.txt
 # (nvidia-smi, package versions), executed.tgz (the executed notebooks) and log.txt.
 set -u
 out=${1:?usage: scripts/reference_run.sh OUT [TOTAL_SECONDS] [full_run.py options]}
@@ -16,7 +16,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${COURSE_WORK:-/tmp/course-work}
 py=${PYTHON:-python3}
 mkdir -p "$out"
-rm -rf "$work/results"
+# (an earlier run's results in $work are moved aside by full_run.py, never deleted)
 {
   date -u +%Y-%m-%dT%H:%M:%SZ
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>&1 || true
@@ -36,8 +36,13 @@ cat "$out/environment.txt"
 PYTHONUNBUFFERED=1 timeout --signal=INT --kill-after=20 "$total" \
   "$py" "$repo/scripts/full_run.py" "$out/run" --work "$work" "$@" 2>&1 | tee "$out/log.txt"
 status=${PIPESTATUS[0]}
-# Collect what was measured even if the run was cut short.
-cat "$work"/results/*.jsonl > "$out/results.jsonl" 2>/dev/null || true
+# Collect what was measured even if the run was cut short: full_run.py merges the results (skipping a torn line)
+# and writes summary.json when interrupted too; only if it was killed outright are the raw files concatenated.
+if [ -f "$out/run/results.jsonl" ]; then
+  mv "$out/run/results.jsonl" "$out/results.jsonl"
+else
+  cat "$work"/results/*.jsonl > "$out/results.jsonl" 2>/dev/null || true
+fi
 [ -f "$out/run/summary.json" ] && mv "$out/run/summary.json" "$out/summary.json"
 [ -d "$out/run/executed" ] && tar -C "$out/run" -czf "$out/executed.tgz" executed
 rm -rf "$out/run"

@@ -74,13 +74,13 @@ def write_runtimes(summary: dict, mode: str, reference: Path = REPO / "data" / "
 def report(summary: dict, mode: str) -> str:
     rows = [f"{'notebook':<30} {'status':<7} {'seconds':>8} {'target':>7}  within?"]
     for name, result in summary["notebooks"].items():
-        limit = target(name, mode)
-        ok = "yes" if result["status"] == "ok" and result["seconds"] <= limit else "NO"
-        rows.append(f"{name:<30} {result['status']:<7} {result['seconds']:>8.1f} {limit:>7}  {ok}")
-    total = sum(r["seconds"] for r in summary["notebooks"].values())
+        limit, seconds = target(name, mode), result["seconds"] or 0.0
+        ok = "yes" if result["status"] == "ok" and seconds <= limit else "NO"
+        rows.append(f"{name:<30} {result['status']:<7} {seconds:>8.1f} {limit:>7}  {ok}")
+    total = sum(r["seconds"] or 0.0 for r in summary["notebooks"].values())
     core = [n for n in summary["notebooks"] if n[:2].isdigit() and int(n[:2]) <= 10]
     if mode == "quick" and len(core) == QUICK_TOTAL_NOTEBOOKS:
-        core_total = sum(summary["notebooks"][n]["seconds"] for n in core)
+        core_total = sum(summary["notebooks"][n]["seconds"] or 0.0 for n in core)
         rows.append(f"{'total of 00–10':<30} {'':<7} {core_total:>8.1f} {QUICK_TOTAL_TARGET:>7}  "
                     f"{'yes' if core_total <= QUICK_TOTAL_TARGET else 'NO'}")
     elif mode == "full" and summary["environment"].get("gpu"):

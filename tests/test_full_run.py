@@ -50,3 +50,71 @@ def test_full_run_executes_collects_and_reports_failures(tmp_path, executor):
     assert "ran True" in texts and "3" in texts and "source def f(x):" in texts
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(records) == 1 and records[0]["notebook"] == "00_ok" and records[0]["mode"] == "quick"
+
+
+# -- nothing is lost ----------------------------------------------------------------------------------------
+
+RECORD = "import helpers\nhelpers.record(metrics={'x': 1.0}, notebook='{name}', experiment='e', variant='v')\n"
+
+
+def _run(out, books, *extra, executor="plain"):
+    return [sys.executable, str(REPO / "scripts" / "full_run.py"), str(out), "--mode", "quick",
+            "--notebooks", str(books), "--timeout", "120", "--executor", executor, *extra]
+
+
+def test_merging_skips_a_torn_line_instead_of_gluing_it_to_the_next_file(tmp_path):
+    sys.path.insert(0, str(REPO / "scripts"))
+    from full_run import merge_results
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text('{"n": 1}\n{"n": 2, "torn": tr')  # a writer killed mid-line: no newline at the end
+    b.write_text('{"n": 3}\n')
+    kept, torn = merge_results([a, b], tmp_path / "merged.jsonl")
+    lines = (tmp_path / "merged.jsonl").read_text().splitlines()
+    assert (kept, torn) == (2, 1) and [json.loads(x)["n"] for x in lines] == [1, 3]
+
+
+def test_an_earlier_runs_results_are_kept_not_deleted(tmp_path):
+    books, work = tmp_path / "books", tmp_path / "work"
+    books.mkdir()
+    _notebook(books / "00_ok.ipynb", RECORD.replace("{name}", "00_ok"))
+    (work / "results").mkdir(parents=True)
+    (work / "results" / "cpu-old.jsonl").write_text('{"notebook": "from an interrupted run"}\n')
+    proc = subprocess.run(_run(tmp_path / "out", books, "--work", str(work)), capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kept = list(work.glob("results-before-*/cpu-old.jsonl"))
+    assert len(kept) == 1 and "interrupted run" in kept[0].read_text()
+    records = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [r["notebook"] for r in records] == ["00_ok"], "the earlier run's records are not mixed in"
+
+
+def test_an_interrupted_run_still_writes_its_summary_and_results(tmp_path):
+    import signal
+    import time
+
+    books, out = tmp_path / "books", tmp_path / "out"
+    books.mkdir()
+    _notebook(books / "00_ok.ipynb", RECORD.replace("{name}", "00_ok"))
+    _notebook(books / "01_long.ipynb", "import time\ntime.sleep(120)")
+    _notebook(books / "02_never.ipynb", "print('never')")
+    proc = subprocess.Popen(_run(out, books), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:  # wait until the first notebook is done (the summary is written after each)
+            summary = out / "summary.json"
+            if summary.exists() and json.loads(summary.read_text())["notebooks"].get("00_ok", {}).get("status") == "ok":
+                break
+            time.sleep(0.2)
+        time.sleep(1.0)  # now inside the long notebook
+        proc.send_signal(signal.SIGTERM)  # what `timeout` sends at a time limit
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert [summary["notebooks"][n]["status"] for n in ("00_ok", "01_long", "02_never")] == \
+        ["ok", "interrupted", "not run"]
+    records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["notebook"] for r in records] == ["00_ok"]
