@@ -11,13 +11,13 @@ measure (no GPU, or a notebook it did not run) shows as "–".
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from helpers.results import read_records  # noqa: E402
 from helpers.roofline import (  # noqa: E402  (the names notebook 00 records the roofline under)
     BANDWIDTH_VARIANT,
     DISPATCH_VARIANT,
@@ -83,7 +83,8 @@ COLUMNS: list[tuple[str, Callable[[Records], float | None], str]] = [
 
 
 def load(path: Path) -> Records:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The file's records, read with helpers' tolerant loader (a torn line is skipped with a warning)."""
+    return read_records(path)
 
 
 def table(reference: Path = REFERENCE) -> str:

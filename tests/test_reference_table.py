@@ -47,3 +47,17 @@ def test_every_notebook_has_measured_run_times():
         times = env["notebooks"].get(path.stem, {})
         assert times.get("quick_seconds", 0) > 0 and times.get("full_seconds", 0) > 0, \
             f"{path.stem}: measure its quick and full run times (scripts/full_run.py) into the .env.json"
+
+
+def test_the_table_reads_results_with_the_tolerant_loader(tmp_path):
+    import warnings
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from reference_table import load
+
+    path = tmp_path / "cpu-x.jsonl"
+    path.write_text('{"notebook": "00"}\n{"notebook": "0')  # a torn last line
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert load(path) == [{"notebook": "00"}]
+    assert any("incomplete" in str(w.message) for w in caught)
