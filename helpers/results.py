@@ -186,26 +186,31 @@ class Recorder:
         self.records.append(record(measurement, notebook=self.notebook, path=self.path, **context))
 
 
+def parse_records(text: str) -> tuple[list[dict[str, Any]], int]:
+    """The records of a results file's text, one JSON object per line, and how many lines were torn or corrupt
+    (skipped: a writer killed mid-line leaves half a line, which must not be glued to the next one)."""
+    records, bad = [], 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(obj, dict):
+            records.append(obj)
+        else:
+            bad += 1
+    return records, bad
+
+
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every complete record in a results file; torn or corrupt lines are skipped with one warning."""
     path = Path(path)
     if not path.exists():
         return []
-    records, bad = [], 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                bad += 1
-                continue
-            if isinstance(obj, dict):
-                records.append(obj)
-            else:
-                bad += 1
+    records, bad = parse_records(path.read_text(encoding="utf-8", errors="replace"))
     if bad:
         warnings.warn(f"{path.name}: skipped {bad} incomplete line(s) (an interrupted write); the rest is intact.",
                       stacklevel=2)

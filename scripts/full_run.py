@@ -210,21 +210,13 @@ def merge_results(files: list[Path], dest: Path) -> tuple[int, int]:
     writer killed mid-line) is skipped and counted, never glued to the first line of the next file.
     Returns (records kept, lines skipped)."""
     from helpers.paths import write_atomic
+    from helpers.results import parse_records  # the loader helpers itself reads results with
 
     kept, torn = [], 0
     for file in files:
-        for line in file.read_text(encoding="utf-8", errors="replace").splitlines():
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                torn += 1
-                continue
-            if isinstance(record, dict):
-                kept.append(json.dumps(record, ensure_ascii=False))
-            else:
-                torn += 1
+        records, bad = parse_records(file.read_text(encoding="utf-8", errors="replace"))
+        kept += [json.dumps(record, ensure_ascii=False) for record in records]
+        torn += bad
     if torn:
         print(f"warning: skipped {torn} torn or corrupt line(s) while merging results into {dest}", file=sys.stderr)
     write_atomic(dest, "".join(line + "\n" for line in kept))
