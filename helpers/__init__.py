@@ -36,7 +36,7 @@ if "TORCHINDUCTOR_CACHE_DIR" not in _os.environ:
         _warnings.warn(f"{_exc} (torch.compile keeps its default cache folder meanwhile)", stacklevel=2)
 
 from .device import choose_device, environment_report, machine_id, sync  # noqa: E402
-from .modes import course_mode, pick  # noqa: E402
+from .modes import course_mode, pick, set_mode  # noqa: E402
 from .results import Recorder, load_reference, load_results, record  # noqa: E402
 from .timing import Measurement, benchmark, compare, format_seconds, interleaved, timed_call  # noqa: E402
 from .verdict import Verdict, verdict  # noqa: E402
@@ -44,5 +44,5 @@ from .verdict import Verdict, verdict  # noqa: E402
 __all__ = [
     "Measurement", "Recorder", "Verdict", "benchmark", "choose_device", "compare", "course_mode",
     "environment_report", "format_seconds", "interleaved", "load_reference", "load_results", "machine_id", "pick",
-    "record", "sync", "timed_call", "verdict",
+    "record", "set_mode", "sync", "timed_call", "verdict",
 ]

@@ -1,5 +1,9 @@
 """quick / full mode: one environment variable, ``COURSE_MODE``, switches every notebook's sizes.
 
+A notebook reads its ``MODE`` from ``COURSE_MODE`` in its ``parameters`` cell (papermill's ``-p MODE quick`` or
+an edit of that cell overrides it), then hands it to :func:`set_mode`, which validates it and makes it the
+process's mode: :func:`pick` and :func:`course_mode` follow it, and the environment is left as it was.
+
 * ``quick``: what CI runs. Small sizes and few repeats; each notebook under a minute on 2 CPU cores.
 * ``full`` (the default): what a learner or a GPU reference run gets. Sizes that show the real effect.
 """
@@ -12,10 +16,29 @@ from typing import TypeVar
 MODES = ("quick", "full")
 DEFAULT_MODE = "full"
 T = TypeVar("T")
+_mode: str | None = None  # set by set_mode (a notebook's MODE); None: COURSE_MODE decides
+
+
+def set_mode(mode: str | None) -> str:
+    """Make ``mode`` (``"quick"`` or ``"full"``; None: ``COURSE_MODE``'s) this process's mode and return it.
+
+    A notebook's set-up cell calls ``MODE = helpers.set_mode(MODE)``: the value its ``parameters`` cell ended
+    with, papermill's or the learner's, then sizes every ``pick`` without touching the environment.
+    """
+    global _mode
+    if mode is None:
+        _mode = None
+        return course_mode()
+    if not isinstance(mode, str) or mode.strip().lower() not in MODES:
+        raise ValueError(f"MODE={mode!r} is not a mode; set MODE = 'quick' or MODE = 'full' in the parameters cell.")
+    _mode = mode.strip().lower()
+    return _mode
 
 
 def course_mode() -> str:
-    """Return ``"quick"`` or ``"full"`` from ``COURSE_MODE`` (unset or empty means full)."""
+    """Return ``"quick"`` or ``"full"``: the mode :func:`set_mode` set, else ``COURSE_MODE`` (unset: full)."""
+    if _mode is not None:
+        return _mode
     raw = os.environ.get("COURSE_MODE", "").strip().lower() or DEFAULT_MODE
     if raw not in MODES:
         raise ValueError(

@@ -15,6 +15,9 @@ def _isolated_outputs(tmp_path, monkeypatch):
     """Every test writes its results under its own temporary outputs folder, never into outputs/."""
     monkeypatch.setenv("COURSE_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.setenv("COURSE_MODE", "quick")
+    from helpers import modes
+
+    monkeypatch.setattr(modes, "_mode", None)  # a test's set_mode does not leak into the next test
     yield
 
 

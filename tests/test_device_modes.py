@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 from conftest import one_line
@@ -60,6 +62,22 @@ def test_mode_reads_the_environment(monkeypatch):
     assert course_mode() == "full" and pick(1, 2) == 2
     monkeypatch.delenv("COURSE_MODE")
     assert course_mode() == "full"
+
+
+def test_set_mode_decides_without_touching_the_environment(monkeypatch):
+    from helpers import set_mode
+
+    monkeypatch.setenv("COURSE_MODE", "full")
+    assert set_mode("quick") == "quick" and course_mode() == "quick" and pick(1, 2) == 1
+    assert os.environ["COURSE_MODE"] == "full"  # the notebook's MODE wins; the environment is left alone
+    assert set_mode(" Full ") == "full" and pick(1, 2) == 2
+    for bad in ("fast", "", 1, True):
+        with pytest.raises(ValueError, match="MODE = 'quick'") as info:
+            set_mode(bad)
+        assert one_line(info.value)
+    assert course_mode() == "full"  # a refused value changes nothing
+    monkeypatch.setenv("COURSE_MODE", "quick")
+    assert set_mode(None) == "quick" and course_mode() == "quick"  # None: back to COURSE_MODE
 
 
 def test_unknown_mode_says_what_to_do(monkeypatch):

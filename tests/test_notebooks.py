@@ -33,6 +33,10 @@ def test_skeleton(path):
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1, "exactly one cell tagged `parameters`"
     assert "COURSE_MODE" in tagged[0].source
+    setup = nb.cells[nb.cells.index(tagged[0]) + 1].source
+    assert "helpers.set_mode(MODE)" in setup, "the set-up cell hands the parameters cell's MODE to helpers.set_mode"
+    sources = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert 'os.environ["COURSE_MODE"]' not in sources, "the mode is not round-tripped through the environment"
     headings = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     for heading in ("## Summary", "## Exercises", "## Next"):
         assert heading in headings, f"missing section {heading!r}"

@@ -1,4 +1,5 @@
-"""scripts/run_notebook.py: papermill-style parameters injected after the `parameters` cell, HTML handouts."""
+"""Notebooks run with parameters through papermill; scripts/run_notebook.py adds refusing unknown names and
+HTML handouts without solutions."""
 
 import subprocess
 import sys
@@ -42,12 +43,22 @@ def test_parameters_override_the_defaults_and_html_has_the_outputs(tmp_path):
     proc = run(source, tmp_path / "key.html", "--html", "--with-solutions")
     assert "the answer is 42" in (tmp_path / "key.html").read_text()
     proc = run(source, tmp_path / "x.ipynb", "-p", "mode", "quick")  # a typo must not pass silently
-    assert proc.returncode != 0 and "not a parameter of this notebook" in proc.stderr
+    assert proc.returncode != 0 and "mode: not a parameter of demo.ipynb" in proc.stderr
 
 
-def test_a_course_notebook_takes_its_parameters(tmp_path):
+def test_values_are_read_as_papermill_reads_them():
+    sys.path.insert(0, str(REPO / "scripts"))
+    from run_notebook import parse_value
+
+    assert [parse_value(v) for v in ("True", "None", "3", "0.5", "quick")] == [True, None, 3, 0.5, "quick"]
+
+
+def test_papermill_runs_a_course_notebook_with_its_parameters(tmp_path):
+    """The documented command, `papermill NOTEBOOK OUT -p MODE quick`, on a course notebook."""
     out = tmp_path / "08.ipynb"
-    proc = run(REPO / "notebooks" / "08_profiling.ipynb", out, "-p", "MODE", "quick", "-p", "DEVICE", "cpu")
+    proc = subprocess.run([sys.executable, "-m", "papermill", str(REPO / "notebooks" / "08_profiling.ipynb"),
+                           str(out), "-p", "MODE", "quick", "-p", "DEVICE", "cpu", "--cwd", str(REPO / "notebooks"),
+                           "--no-progress-bar"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     texts = "".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"
                     for o in c.outputs)
@@ -58,4 +69,4 @@ def test_a_notebook_without_a_parameters_cell_is_refused(tmp_path):
     source = tmp_path / "plain.ipynb"
     _notebook(source, tagged=False)
     proc = run(source, tmp_path / "x.ipynb", "-p", "MODE", "quick")
-    assert proc.returncode != 0 and "no cell tagged `parameters`" in proc.stderr
+    assert proc.returncode != 0 and "has no cell tagged `parameters`" in proc.stderr
