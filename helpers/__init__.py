@@ -42,7 +42,23 @@ from .timing import Measurement, benchmark, compare, format_seconds, interleaved
 from .verdict import Verdict, verdict  # noqa: E402
 
 __all__ = [
-    "Measurement", "Recorder", "Verdict", "benchmark", "choose_device", "compare", "course_mode",
-    "environment_report", "format_seconds", "interleaved", "load_reference", "load_results", "machine_id", "pick",
-    "record", "set_mode", "sync", "timed_call", "verdict",
+    "Measurement",
+    "Recorder",
+    "Verdict",
+    "benchmark",
+    "choose_device",
+    "compare",
+    "course_mode",
+    "environment_report",
+    "format_seconds",
+    "interleaved",
+    "load_reference",
+    "load_results",
+    "machine_id",
+    "pick",
+    "record",
+    "set_mode",
+    "sync",
+    "timed_call",
+    "verdict",
 ]

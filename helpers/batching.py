@@ -67,12 +67,27 @@ def sweep(
     for b in iterator:
         x = make_input(b)
         with torch.inference_mode():
-            m = benchmark(model, x, label=f"{label} batch {b}".strip(), device=device, repeats=repeats,
-                          number=number, items=b, budget=budget)
+            m = benchmark(
+                model,
+                x,
+                label=f"{label} batch {b}".strip(),
+                device=device,
+                repeats=repeats,
+                number=number,
+                items=b,
+                budget=budget,
+            )
             peak = peak_allocated_bytes(lambda: model(x), device) if measure_memory else None  # noqa: B023
         measurements.append(m)
-        row = {"batch": b, "p50": m.median, "p99": m.p99, "samples": m.n, "throughput": m.throughput,
-               "per_item": m.median / b, "noisy": m.noisy}
+        row = {
+            "batch": b,
+            "p50": m.median,
+            "p99": m.p99,
+            "samples": m.n,
+            "throughput": m.throughput,
+            "per_item": m.median / b,
+            "noisy": m.noisy,
+        }
         if measure_memory:
             row["peak_bytes"] = peak
         rows.append(row)
@@ -94,8 +109,9 @@ def find_knee(batches: Sequence[int], throughputs: Sequence[float], within: floa
     return next(b for b, t in zip(batches, throughputs, strict=True) if t >= (1 - within) * best)
 
 
-def choose_batch(batches: Sequence[int], latencies: Sequence[float], target: float,
-                 throughputs: Sequence[float] | None = None) -> int | None:
+def choose_batch(
+    batches: Sequence[int], latencies: Sequence[float], target: float, throughputs: Sequence[float] | None = None
+) -> int | None:
     """The batch with the highest throughput among those whose latency (e.g. p99, seconds) meets ``target``;
     without throughputs, the largest such batch. None when no batch meets the target."""
     _check_curve(batches, latencies, "latency")
@@ -134,11 +150,15 @@ class ServingResult:
     throughput: float
 
     def row(self) -> dict[str, Any]:
-        steady = self.latencies[len(self.latencies) // 10:]  # drop the first 10 %: the warm-up of the queue
-        return {"arrival rate (req/s)": round(self.rate, 1), "max batch": self.max_batch,
-                "p50 latency": float(np.percentile(steady, 50)),
-                "p99 latency": float(np.percentile(steady, 99)),
-                "mean batch": float(self.batch_sizes.mean()), "throughput (req/s)": self.throughput}
+        steady = self.latencies[len(self.latencies) // 10 :]  # drop the first 10 %: the warm-up of the queue
+        return {
+            "arrival rate (req/s)": round(self.rate, 1),
+            "max batch": self.max_batch,
+            "p50 latency": float(np.percentile(steady, 50)),
+            "p99 latency": float(np.percentile(steady, 99)),
+            "mean batch": float(self.batch_sizes.mean()),
+            "throughput (req/s)": self.throughput,
+        }
 
 
 def is_stable(rate: float, max_batch: int, service: Callable[[int], float]) -> bool:
@@ -147,8 +167,9 @@ def is_stable(rate: float, max_batch: int, service: Callable[[int], float]) -> b
     return rate < max_batch / service(max_batch)
 
 
-def simulate_server(rate: float, max_batch: int, timeout: float, service: Callable[[int], float],
-                    n_requests: int = 5000, seed: int = 0) -> ServingResult:
+def simulate_server(
+    rate: float, max_batch: int, timeout: float, service: Callable[[int], float], n_requests: int = 5000, seed: int = 0
+) -> ServingResult:
     """A server that batches requests: Poisson arrivals at ``rate`` per second; when the server is free and a
     request waits, it starts a batch once ``max_batch`` requests are queued or the oldest has waited
     ``timeout`` seconds, and the batch takes ``service(size)`` seconds. Returns each request's latency
@@ -166,8 +187,9 @@ def simulate_server(rate: float, max_batch: int, timeout: float, service: Callab
         first = arrivals[i]
         # the batch starts when the server is free and either it is full or the oldest request timed out
         full_at = arrivals[min(i + max_batch - 1, n_requests - 1)]
-        start = max(free_at, first, min(first + timeout, full_at) if i + max_batch - 1 < n_requests
-                    else first + timeout)
+        start = max(
+            free_at, first, min(first + timeout, full_at) if i + max_batch - 1 < n_requests else first + timeout
+        )
         j = i
         while j < n_requests and j - i < max_batch and arrivals[j] <= start:
             j += 1

@@ -22,14 +22,28 @@ def check_int(name: str, value: Any, minimum: int | None = 1, maximum: int | Non
     ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     ok = ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
     if not ok:
-        bounds = (f"between {minimum} and {maximum}" if minimum is not None and maximum is not None
-                  else f"≥ {minimum}" if minimum is not None else f"≤ {maximum}" if maximum is not None else "")
+        bounds = (
+            f"between {minimum} and {maximum}"
+            if minimum is not None and maximum is not None
+            else f"≥ {minimum}"
+            if minimum is not None
+            else f"≤ {maximum}"
+            if maximum is not None
+            else ""
+        )
         raise _fail(name, value, f"an integer {bounds}".strip(), hint)
     return value
 
 
-def check_number(name: str, value: Any, *, positive: bool = False, minimum: float | None = None,
-                 allow_none: bool = False, hint: str = "") -> float | None:
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    positive: bool = False,
+    minimum: float | None = None,
+    allow_none: bool = False,
+    hint: str = "",
+) -> float | None:
     """``value`` must be a finite real number (``> 0`` if ``positive``, ``≥ minimum`` if given), or None when
     ``allow_none``; returns it as a float."""
     if value is None and allow_none:

@@ -86,12 +86,14 @@ def photo_transform(size: int = 224):  # -> torchvision.transforms.v2.Compose
     from torchvision.transforms import v2
 
     check_int("size", size, hint="pass the side of the square image in pixels, e.g. 224")
-    return v2.Compose([
-        v2.Resize(size, antialias=True),
-        v2.CenterCrop(size),
-        v2.ToDtype(torch.float32, scale=True),
-        v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
-    ])
+    return v2.Compose(
+        [
+            v2.Resize(size, antialias=True),
+            v2.CenterCrop(size),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ]
+    )
 
 
 class PhotoDataset(Dataset):

@@ -186,10 +186,16 @@ def cpu_features() -> dict[str, Any]:
         "vnni": vnni if vnni else (has("avx512_vnni", "avx_vnni") if flags is not None else vnni),
         "amx_tile": _torch_cpu_flag("_is_amx_tile_supported"),
         "amx_fp16": _torch_cpu_flag("_is_amx_fp16_supported"),
-        "arm_fp16": (None if not arm else _sysctl("hw.optional.arm.FEAT_FP16") if platform.system() == "Darwin"
-                     else has("fphp", "asimdhp")),
-        "arm_bf16": (None if not arm else _sysctl("hw.optional.arm.FEAT_BF16") if platform.system() == "Darwin"
-                     else has("bf16")),
+        "arm_fp16": (
+            None
+            if not arm
+            else _sysctl("hw.optional.arm.FEAT_FP16")
+            if platform.system() == "Darwin"
+            else has("fphp", "asimdhp")
+        ),
+        "arm_bf16": (
+            None if not arm else _sysctl("hw.optional.arm.FEAT_BF16") if platform.system() == "Darwin" else has("bf16")
+        ),
     }
 
 
@@ -209,12 +215,17 @@ def cpu_dtype_support(features: dict[str, Any] | None = None) -> dict[str, tuple
         return False, missing
 
     return {
-        "bf16": decide([("amx_tile", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("arm_bf16", "ARM BF16")],
-                       "no AMX, AVX512-BF16 or ARM BF16: bf16 is converted to fp32 in software"),
-        "fp16": decide([("amx_fp16", "AMX-FP16"), ("avx512_fp16", "AVX512-FP16"), ("arm_fp16", "ARM FP16")],
-                       "no AMX-FP16, AVX512-FP16 or ARM FP16: fp16 math is emulated, often far slower than fp32"),
-        "int8": decide([("amx_tile", "AMX"), ("vnni", "VNNI")],
-                       "no VNNI or AMX: int8 dot products take several instructions each"),
+        "bf16": decide(
+            [("amx_tile", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("arm_bf16", "ARM BF16")],
+            "no AMX, AVX512-BF16 or ARM BF16: bf16 is converted to fp32 in software",
+        ),
+        "fp16": decide(
+            [("amx_fp16", "AMX-FP16"), ("avx512_fp16", "AVX512-FP16"), ("arm_fp16", "ARM FP16")],
+            "no AMX-FP16, AVX512-FP16 or ARM FP16: fp16 math is emulated, often far slower than fp32",
+        ),
+        "int8": decide(
+            [("amx_tile", "AMX"), ("vnni", "VNNI")], "no VNNI or AMX: int8 dot products take several instructions each"
+        ),
     }
 
 
@@ -240,8 +251,10 @@ class Load:
 
     @property
     def busy(self) -> bool:
-        return bool((self.others_cpus is not None and self.others_cpus > BUSY_OTHERS_SHARE * self.usable_cpus)
-                    or (self.steal is not None and self.steal > BUSY_STEAL_SHARE))
+        return bool(
+            (self.others_cpus is not None and self.others_cpus > BUSY_OTHERS_SHARE * self.usable_cpus)
+            or (self.steal is not None and self.steal > BUSY_STEAL_SHARE)
+        )
 
     def reason(self) -> str | None:
         """One line saying why the machine counts as busy, or None when it does not."""
@@ -257,8 +270,14 @@ class Load:
         return "the machine was busy: " + ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"usable_cpus": self.usable_cpus, "seconds": round(self.seconds, 4), "others_cpus": self.others_cpus,
-                "steal": self.steal, "loadavg": self.loadavg, "busy": self.busy}
+        return {
+            "usable_cpus": self.usable_cpus,
+            "seconds": round(self.seconds, 4),
+            "others_cpus": self.others_cpus,
+            "steal": self.steal,
+            "loadavg": self.loadavg,
+            "busy": self.busy,
+        }
 
 
 class LoadMeter:
@@ -302,8 +321,10 @@ class LoadMeter:
             per_cpu = self._psutil.cpu_times(percpu=True)
             if self._cpus is not None and max(self._cpus) < len(per_cpu):
                 per_cpu = [per_cpu[i] for i in self._cpus]
-            busy = sum(t.user + getattr(t, "nice", 0.0) + t.system + getattr(t, "irq", 0.0)
-                       + getattr(t, "softirq", 0.0) for t in per_cpu)
+            busy = sum(
+                t.user + getattr(t, "nice", 0.0) + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+                for t in per_cpu
+            )
             steal = sum(t.steal for t in per_cpu) if hasattr(per_cpu[0], "steal") else None
             own = self._own()
         except Exception:  # counters unreadable (a sandbox, Windows): no load figure, never a failed timing
@@ -321,9 +342,13 @@ class LoadMeter:
             loadavg = os.getloadavg()[0]
         except (AttributeError, OSError):
             loadavg = None
-        return Load(usable_cpus=usable_cpus(), seconds=seconds,
-                    others_cpus=None if others is None else round(others, 3),
-                    steal=None if steal is None else round(steal, 4), loadavg=loadavg)
+        return Load(
+            usable_cpus=usable_cpus(),
+            seconds=seconds,
+            others_cpus=None if others is None else round(others, 3),
+            steal=None if steal is None else round(steal, 4),
+            loadavg=loadavg,
+        )
 
 
 def machine_load(interval: float = 0.5) -> Load:

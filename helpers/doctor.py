@@ -142,8 +142,11 @@ def diagnose(
         placed = rf.place(counts.flops, counts.bytes, t1.median, dtype)
         reasons.append(
             f"It does {counts.intensity:.2f} FLOP per byte moved, below this machine's ridge point of {ridge:.1f}: "
-            + (f"moving data costs more than computing ({placed['fraction_of_bound']:.0%} of the memory roof)."
-               if not placed["above_roof"] else placed["explanation"])  # never above 100 % as an achievement
+            + (
+                f"moving data costs more than computing ({placed['fraction_of_bound']:.0%} of the memory roof)."
+                if not placed["above_roof"]
+                else placed["explanation"]
+            )  # never above 100 % as an achievement
             + " Move fewer bytes: fuse ops, use smaller dtypes."
         )
     else:
@@ -151,24 +154,42 @@ def diagnose(
         placed = rf.place(counts.flops, counts.bytes, t1.median, dtype)
         reasons.append(
             f"It does {counts.intensity:.1f} FLOP per byte, above the ridge point of {ridge:.1f}, and "
-            + (f"reaches {placed['fraction_of_bound']:.0%} of the {dtype} compute roof. " if not placed["above_roof"]
-               else placed["explanation"] + " ")
+            + (
+                f"reaches {placed['fraction_of_bound']:.0%} of the {dtype} compute roof. "
+                if not placed["above_roof"]
+                else placed["explanation"] + " "
+            )
             + "Use faster math: bf16/fp16 or tf32 tensor cores, int8."
         )
     if regime != "overhead" and explained < EXPLAINED_MIN:
-        reasons.append(f"But the work at the roofs would take only {explained:.0%} of the time: the kernels are "
-                       "inefficient for these shapes (small or strided work), far from both roofs.")
+        reasons.append(
+            f"But the work at the roofs would take only {explained:.0%} of the time: the kernels are "
+            "inefficient for these shapes (small or strided work), far from both roofs."
+        )
     if regime == "memory" and flat:
-        reasons.append("The time barely grew with the batch: it goes to data every item shares (the weights), "
-                       "so a bigger batch is almost free.")
+        reasons.append(
+            "The time barely grew with the batch: it goes to data every item shares (the weights), "
+            "so a bigger batch is almost free."
+        )
     elif regime == "compute" and flat:
-        reasons.append("The time barely grew with the batch: the machine is not saturated yet, so a bigger batch "
-                       "is almost free.")
+        reasons.append(
+            "The time barely grew with the batch: the machine is not saturated yet, so a bigger batch is almost free."
+        )
     return Diagnosis(
-        regime=regime, batch=batch, time=t1, time_doubled=t2, growth=growth, explained=explained, counts=counts,
-        dispatch_share=dispatch_share, ridge_point=ridge, achieved_flops=achieved_flops,
-        achieved_bytes_per_s=achieved_bytes, fraction_of_compute_roof=achieved_flops / rf.peak_flops[dtype],
-        fraction_of_memory_roof=achieved_bytes / rf.bandwidth, reasons=reasons,
+        regime=regime,
+        batch=batch,
+        time=t1,
+        time_doubled=t2,
+        growth=growth,
+        explained=explained,
+        counts=counts,
+        dispatch_share=dispatch_share,
+        ridge_point=ridge,
+        achieved_flops=achieved_flops,
+        achieved_bytes_per_s=achieved_bytes,
+        fraction_of_compute_roof=achieved_flops / rf.peak_flops[dtype],
+        fraction_of_memory_roof=achieved_bytes / rf.bandwidth,
+        reasons=reasons,
     )
 
 

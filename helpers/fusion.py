@@ -28,15 +28,50 @@ from .opcount import Traffic, traffic  # noqa: F401 - re-exported: fusion.traffi
 from .profiling import quiet_profile
 
 #: aten ops the profiler records that launch no kernel: views, metadata, allocations without initialisation
-_NOT_KERNELS = {f"aten::{name}" for name in (
-    "t", "transpose", "permute", "numpy_T", "view", "reshape", "_reshape_alias", "expand", "as_strided",
-    "detach", "alias", "unsqueeze", "squeeze", "slice", "select", "narrow", "split", "chunk", "unbind",
-    "empty", "empty_like", "empty_strided", "resolve_conj", "resolve_neg", "lift_fresh", "_unsafe_view",
-    "flatten", "view_as", "expand_as", "contiguous")}
+_NOT_KERNELS = {
+    f"aten::{name}"
+    for name in (
+        "t",
+        "transpose",
+        "permute",
+        "numpy_T",
+        "view",
+        "reshape",
+        "_reshape_alias",
+        "expand",
+        "as_strided",
+        "detach",
+        "alias",
+        "unsqueeze",
+        "squeeze",
+        "slice",
+        "select",
+        "narrow",
+        "split",
+        "chunk",
+        "unbind",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "resolve_conj",
+        "resolve_neg",
+        "lift_fresh",
+        "_unsafe_view",
+        "flatten",
+        "view_as",
+        "expand_as",
+        "contiguous",
+    )
+}
 #: Inductor's generated C++ kernels, as recorded with ``cpp.enable_kernel_profile``
 _CPP_KERNEL = re.compile(r"cpp_fused_\w+|cpp_kernel\w*")
-_LAUNCH_CALLS = {"cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
-                 "cudaLaunchCooperativeKernel"}
+_LAUNCH_CALLS = {
+    "cudaLaunchKernel",
+    "cuLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernelEx",
+    "cudaLaunchCooperativeKernel",
+}
 
 
 def enable_cpu_kernel_profiling() -> None:
@@ -81,7 +116,7 @@ def short_kernel_name(name: str) -> str:
     """``void at::native::elementwise_kernel<4, …>(int, …)`` → ``at::native::elementwise_kernel``."""
     name = name.removeprefix("void ").strip()
     cuts = [i for i in (name.find("<"), name.find("(")) if i > 0]
-    return name[:min(cuts)].strip() if cuts else name
+    return name[: min(cuts)].strip() if cuts else name
 
 
 def _cpu_kernel(event: Any) -> bool:
@@ -105,8 +140,12 @@ def count_kernels(fn: Callable[..., Any], *args: Any, device: DeviceLike = None,
     from torch.profiler import ProfilerActivity, profile
 
     check_callable("fn", fn, hint="count_kernels needs a function to call, e.g. count_kernels(model, x)")
-    check_int("warmup", warmup, minimum=0,
-              hint="pass how many unprofiled calls come first, e.g. 1 (a compiled fn compiles in it)")
+    check_int(
+        "warmup",
+        warmup,
+        minimum=0,
+        hint="pass how many unprofiled calls come first, e.g. 1 (a compiled fn compiles in it)",
+    )
     dev = choose_device(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     with torch.inference_mode():
@@ -124,16 +163,23 @@ def count_kernels(fn: Callable[..., Any], *args: Any, device: DeviceLike = None,
         copies = [n for n in on_gpu if n.startswith(("Memcpy", "Memset"))]
         kernels = [n for n in on_gpu if not n.startswith(("Memcpy", "Memset"))]
         cpu_names = [e.name for e in events if e.device_type == DeviceType.CPU]
-        return KernelCount("cuda", kernels, copies, launches=sum(n in _LAUNCH_CALLS for n in cpu_names),
-                           graph_launches=sum(n.startswith("cudaGraphLaunch") for n in cpu_names))
+        return KernelCount(
+            "cuda",
+            kernels,
+            copies,
+            launches=sum(n in _LAUNCH_CALLS for n in cpu_names),
+            graph_launches=sum(n.startswith("cudaGraphLaunch") for n in cpu_names),
+        )
     kernels = [e.name for e in events if _cpu_kernel(e)]
     compiled = any("CompiledFxGraph" in e.name for e in events)
     if compiled and not any(_CPP_KERNEL.search(n) for n in kernels):
         import torch._inductor.config as inductor_config
 
         if not inductor_config.cpp.enable_kernel_profile:
-            raise RuntimeError("The profiler cannot see inside this compiled function: call "
-                               "helpers.fusion.enable_cpu_kernel_profiling() before compiling it.")
+            raise RuntimeError(
+                "The profiler cannot see inside this compiled function: call "
+                "helpers.fusion.enable_cpu_kernel_profiling() before compiling it."
+            )
     return KernelCount(dev.type, kernels, launches=len(kernels))
 
 
@@ -166,14 +212,18 @@ def kernel_excerpt(code: str, max_lines: int = 30) -> str:
     match = _KERNEL_DEF.search(code)
     if not match:
         return "(no generated kernel: the compiled code only calls library kernels)"
-    body = code[match.end():]
+    body = code[match.end() :]
     quote = re.search(r"r?'''", body)
-    body = body[quote.end():] if quote else body
+    body = body[quote.end() :] if quote else body
     body = body.split("'''", 1)[0]
     start = re.search(r'^(extern "C"|@triton\.jit|def triton_)', body, re.M)
-    lines = body[start.start() if start else 0:].strip("\n").splitlines()
-    boilerplate = ("@triton_heuristics", "@triton.jit", "std::atomic<int> inductor_cpu_integer_div_error",
-                   "inductor_cpu_integer_div_error_flag")
+    lines = body[start.start() if start else 0 :].strip("\n").splitlines()
+    boilerplate = (
+        "@triton_heuristics",
+        "@triton.jit",
+        "std::atomic<int> inductor_cpu_integer_div_error",
+        "inductor_cpu_integer_div_error_flag",
+    )
     lines = [line for line in lines if line.strip() and not line.lstrip().startswith(boilerplate)]
     excerpt = "\n".join(lines[:max_lines])
     return excerpt + (f"\n    … ({len(lines) - max_lines} more lines)" if len(lines) > max_lines else "")
@@ -182,8 +232,10 @@ def kernel_excerpt(code: str, max_lines: int = 30) -> str:
 def gemm_epilogue_fused(code: str) -> bool:
     """Whether the generated code computes a GEMM in a generated template with an activation fused into it
     (Triton templates are named ``triton_tem_fused_<ops>``)."""
-    return any("tem_fused" in n and any(act in n for act in ("gelu", "relu", "silu", "tanh", "sigmoid"))
-               for n in kernel_names(code))
+    return any(
+        "tem_fused" in n and any(act in n for act in ("gelu", "relu", "silu", "tanh", "sigmoid"))
+        for n in kernel_names(code)
+    )
 
 
 def describe_gemm(code: str) -> str:
@@ -196,9 +248,13 @@ def describe_gemm(code: str) -> str:
     if templates:
         return f"the GEMM is a generated template ({templates[0]}); the activation is another kernel ({others})"
     if "addmm" in externs:
-        return ("the GEMM is a library call with the bias folded in (addmm); the activation is a separate kernel "
-                f"({others})")
+        return (
+            "the GEMM is a library call with the bias folded in (addmm); the activation is a separate kernel "
+            f"({others})"
+        )
     if externs:
-        return (f"the GEMM is a library call ({', '.join(externs)}); the bias add and the activation are fused "
-                f"into one kernel after it ({others})")
+        return (
+            f"the GEMM is a library call ({', '.join(externs)}); the bias add and the activation are fused "
+            f"into one kernel after it ({others})"
+        )
     return f"no GEMM found; generated kernels: {others}"

@@ -38,8 +38,13 @@ def agreement(reference: torch.Tensor, output: torch.Tensor) -> dict[str, float]
 
 
 @torch.inference_mode()
-def predict(fn: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, batch_size: int = 512,
-            prepare: Callable[[torch.Tensor], torch.Tensor] | None = None, pad: bool = False) -> torch.Tensor:
+def predict(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    images: torch.Tensor,
+    batch_size: int = 512,
+    prepare: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    pad: bool = False,
+) -> torch.Tensor:
     """Logits of ``fn`` over ``images`` in batches (``prepare`` converts each batch, e.g. to half).
 
     ``pad=True`` pads the last batch to ``batch_size`` (and drops the padding's outputs), so a compiled
@@ -49,7 +54,7 @@ def predict(fn: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, ba
     check_int("batch_size", batch_size, hint="pass how many images per call, e.g. 512")
     outs = []
     for start in range(0, len(images), batch_size):
-        x = images[start:start + batch_size]
+        x = images[start : start + batch_size]
         n = len(x)
         if pad and n < batch_size:
             x = torch.cat([x, x.new_zeros((batch_size - n, *x.shape[1:]))])
@@ -105,8 +110,11 @@ def evaluate(
     return row, m
 
 
-def pareto_front(rows: list[dict[str, Any]], minimize: tuple[str, ...] = ("median_s", "size_bytes"),
-                 maximize: tuple[str, ...] = ("accuracy",)) -> list[bool]:
+def pareto_front(
+    rows: list[dict[str, Any]],
+    minimize: tuple[str, ...] = ("median_s", "size_bytes"),
+    maximize: tuple[str, ...] = ("accuracy",),
+) -> list[bool]:
     """For each row, whether it is Pareto-optimal: no other row is at least as good on every criterion and
     strictly better on one. Rows with a missing value on a criterion are never optimal."""
     keys = minimize + maximize

@@ -29,8 +29,18 @@ from torch import nn
 from .checks import check_callable, check_choice, check_int
 
 __all__ = [
-    "GPTConfig", "GPT", "StaticKVCache", "DynamicKVCache", "generate", "generate_uncached", "decode_step",
-    "prefill", "kv_cache_bytes", "decode_weight_bytes", "flops_per_token", "linear_weight_bytes",
+    "GPTConfig",
+    "GPT",
+    "StaticKVCache",
+    "DynamicKVCache",
+    "generate",
+    "generate_uncached",
+    "decode_step",
+    "prefill",
+    "kv_cache_bytes",
+    "decode_weight_bytes",
+    "flops_per_token",
+    "linear_weight_bytes",
 ]
 
 
@@ -49,8 +59,10 @@ class GPTConfig:
             value = getattr(self, name)
             check_int(f"GPTConfig.{name}", value, hint="give every size of the decoder as a positive integer")
         if self.dim % self.n_head:
-            raise ValueError(f"GPTConfig: dim={self.dim} is not a multiple of n_head={self.n_head}; "
-                             "pick a dim that n_head divides (each head gets dim // n_head channels).")
+            raise ValueError(
+                f"GPTConfig: dim={self.dim} is not a multiple of n_head={self.n_head}; "
+                "pick a dim that n_head divides (each head gets dim // n_head channels)."
+            )
 
     @property
     def head_dim(self) -> int:
@@ -66,8 +78,15 @@ class StaticKVCache(nn.Module):
     """Keys and values for ``max_len`` positions, allocated once and written in place: the shapes never change,
     so a compiled decode step is compiled once and can be captured in a CUDA graph."""
 
-    def __init__(self, batch: int, n_head: int, max_len: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
+    def __init__(
+        self,
+        batch: int,
+        n_head: int,
+        max_len: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
         super().__init__()
         shape = (batch, n_head, max_len, head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
@@ -203,12 +222,20 @@ class GPT(nn.Module):
         check_choice("kind", kind, ("static", "dynamic"), hint="a KV cache is preallocated (static) or concatenated")
         _check_cache_args(batch, max_len, cfg.max_seq_len)
         current = self.blocks[0].attn.cache
-        if (kind == "static" and isinstance(current, StaticKVCache) and current.k.dtype == self.dtype
-                and current.k.device == self.device and current.k.shape == (batch, cfg.n_head, max_len, cfg.head_dim)):
+        if (
+            kind == "static"
+            and isinstance(current, StaticKVCache)
+            and current.k.dtype == self.dtype
+            and current.k.device == self.device
+            and current.k.shape == (batch, cfg.n_head, max_len, cfg.head_dim)
+        ):
             return
         for block in self.blocks:
-            block.attn.cache = (StaticKVCache(batch, cfg.n_head, max_len, cfg.head_dim, self.dtype, self.device)
-                                if kind == "static" else DynamicKVCache())
+            block.attn.cache = (
+                StaticKVCache(batch, cfg.n_head, max_len, cfg.head_dim, self.dtype, self.device)
+                if kind == "static"
+                else DynamicKVCache()
+            )
 
     def clear_cache(self) -> None:
         for block in self.blocks:
@@ -230,19 +257,25 @@ def _check_ids(name: str, ids: torch.Tensor, vocab_size: int) -> None:
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
         raise ValueError(f"{name} must be a (batch, length) tensor of token ids (dtype torch.long).")
     if ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < vocab_size):
-        raise ValueError(f"{name} has token ids outside 0…{vocab_size - 1}, the model's vocabulary: "
-                         f"use ids below vocab_size={vocab_size}.")
+        raise ValueError(
+            f"{name} has token ids outside 0…{vocab_size - 1}, the model's vocabulary: "
+            f"use ids below vocab_size={vocab_size}."
+        )
 
 
 def _check_tokens(model: GPT, prompt: torch.Tensor, new_tokens: int) -> None:
     if isinstance(prompt, torch.Tensor) and prompt.device != model.device:
-        raise ValueError(f"the prompt is on {prompt.device} and the model on {model.device}: "
-                         "move the prompt with prompt.to(model.device).")
+        raise ValueError(
+            f"the prompt is on {prompt.device} and the model on {model.device}: "
+            "move the prompt with prompt.to(model.device)."
+        )
     _check_ids("prompt", prompt, model.config.vocab_size)
     check_int("new_tokens", new_tokens, hint="generate at least one token")
     if prompt.shape[1] + new_tokens > model.config.max_seq_len:
-        raise ValueError(f"a prompt of {prompt.shape[1]} tokens plus {new_tokens} new ones exceeds the model's "
-                         f"max_seq_len ({model.config.max_seq_len}): shorten one of them.")
+        raise ValueError(
+            f"a prompt of {prompt.shape[1]} tokens plus {new_tokens} new ones exceeds the model's "
+            f"max_seq_len ({model.config.max_seq_len}): shorten one of them."
+        )
 
 
 @torch.inference_mode()
@@ -258,7 +291,7 @@ def generate_uncached(model: GPT, prompt: torch.Tensor, new_tokens: int) -> tupl
         out = model(seq, torch.arange(seq.shape[1], device=seq.device))[:, -1]
         logits.append(out.float())
         seq = torch.cat([seq, out.argmax(-1, keepdim=True)], dim=1)
-    return seq[:, prompt.shape[1]:], torch.stack(logits, dim=1)
+    return seq[:, prompt.shape[1] :], torch.stack(logits, dim=1)
 
 
 def prefill(model: GPT, prompt: torch.Tensor) -> torch.Tensor:
@@ -273,9 +306,15 @@ def decode_step(model: GPT, token: torch.Tensor, pos: torch.Tensor) -> torch.Ten
 
 
 @torch.inference_mode()
-def generate(model: GPT, prompt: torch.Tensor, new_tokens: int, cache: str = "static",
-             step: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-             max_len: int | None = None, force: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def generate(
+    model: GPT,
+    prompt: torch.Tensor,
+    new_tokens: int,
+    cache: str = "static",
+    step: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    max_len: int | None = None,
+    force: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy decoding with a KV cache (``"static"`` or ``"dynamic"``): the prompt is prefilled once, then one
     token per step. ``step`` replaces :func:`decode_step` (e.g. a compiled one). Returns ``(tokens, logits)``
     like :func:`generate_uncached`. A static cache stays on the model for the next request of the same shape
@@ -287,14 +326,21 @@ def generate(model: GPT, prompt: torch.Tensor, new_tokens: int, cache: str = "st
     _check_tokens(model, prompt, new_tokens)
     total = prompt.shape[1] + new_tokens
     if max_len is not None:
-        check_int("max_len", max_len, minimum=total, maximum=model.config.max_seq_len,
-                  hint=f"a cache must hold the prompt and the new tokens ({total}) and fit the model's max_seq_len")
+        check_int(
+            "max_len",
+            max_len,
+            minimum=total,
+            maximum=model.config.max_seq_len,
+            hint=f"a cache must hold the prompt and the new tokens ({total}) and fit the model's max_seq_len",
+        )
     step = decode_step if step is None else step
     check_callable("step", step, hint="pass a function like decode_step (or a compiled one)")
     if force is not None:
         if not isinstance(force, torch.Tensor) or force.shape != (prompt.shape[0], new_tokens):
-            raise ValueError(f"force must be a (batch, new_tokens) = {(prompt.shape[0], new_tokens)} tensor of "
-                             "token ids, e.g. the tokens of a reference run.")
+            raise ValueError(
+                f"force must be a (batch, new_tokens) = {(prompt.shape[0], new_tokens)} tensor of "
+                "token ids, e.g. the tokens of a reference run."
+            )
         _check_ids("force", force, model.config.vocab_size)
     model.setup_cache(cache, prompt.shape[0], max_len or total)
     try:
@@ -304,9 +350,13 @@ def generate(model: GPT, prompt: torch.Tensor, new_tokens: int, cache: str = "st
             model.clear_cache()  # a dynamic cache left behind would be attended to by the next forward
 
 
-def _decode(model: GPT, prompt: torch.Tensor, new_tokens: int,
-            step: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor],
-            force: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _decode(
+    model: GPT,
+    prompt: torch.Tensor,
+    new_tokens: int,
+    step: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor],
+    force: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     # Everything a step reads is on the device before the loop: creating a GPU tensor from a Python number
     # inside it would be a blocking copy per token. The position is advanced in place (gpt-fast's way), and a
     # forced token is a contiguous (batch, 1) column like the model's own choice (else the compiled step would
@@ -355,5 +405,5 @@ def kv_cache_bytes(config: GPTConfig, batch: int, length: int, bytes_per_element
 def flops_per_token(config: GPTConfig, context: int) -> float:
     """FLOPs to process one token that attends to ``context`` positions: 2 per weight of every matmul, plus
     the attention scores and the weighted sum (2 × 2 × context × dim per layer)."""
-    matmul_weights = config.n_layer * 12 * config.dim ** 2 + config.dim * config.vocab_size
+    matmul_weights = config.n_layer * 12 * config.dim**2 + config.dim * config.vocab_size
     return 2.0 * matmul_weights + 4.0 * config.n_layer * context * config.dim

@@ -47,8 +47,11 @@ class _LiveTensorBytes(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if func.is_view:
             return out
-        inputs = {a.untyped_storage().data_ptr() for a in torch.utils._pytree.tree_leaves((args, kwargs))
-                  if isinstance(a, torch.Tensor) and a.device.type == self.device_type}
+        inputs = {
+            a.untyped_storage().data_ptr()
+            for a in torch.utils._pytree.tree_leaves((args, kwargs))
+            if isinstance(a, torch.Tensor) and a.device.type == self.device_type
+        }
         for t in torch.utils._pytree.tree_leaves(out):
             if not isinstance(t, torch.Tensor) or t.device.type != self.device_type:
                 continue
@@ -116,7 +119,13 @@ def cuda_memory(device: DeviceLike = "cuda") -> dict[str, int]:
     cached), and the peaks of both since the last reset."""
     dev = choose_device(device)
     if dev.type != "cuda":
-        raise ValueError(f"cuda_memory() reads the CUDA allocator; device={dev} is not CUDA (on a CPU, "
-                         "torch.cuda.memory_allocated() is simply 0: use peak_allocated_bytes or psutil).")
-    return {"allocated": torch.cuda.memory_allocated(dev), "reserved": torch.cuda.memory_reserved(dev),
-            "max allocated": torch.cuda.max_memory_allocated(dev), "max reserved": torch.cuda.max_memory_reserved(dev)}
+        raise ValueError(
+            f"cuda_memory() reads the CUDA allocator; device={dev} is not CUDA (on a CPU, "
+            "torch.cuda.memory_allocated() is simply 0: use peak_allocated_bytes or psutil)."
+        )
+    return {
+        "allocated": torch.cuda.memory_allocated(dev),
+        "reserved": torch.cuda.memory_reserved(dev),
+        "max allocated": torch.cuda.max_memory_allocated(dev),
+        "max reserved": torch.cuda.max_memory_reserved(dev),
+    }

@@ -25,8 +25,10 @@ class DigitsCNN(nn.Module):
     def __init__(self, width: int = 16, hidden: int = 64, num_classes: int = 10) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, width, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(1, width, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(width, 2 * width, 3, padding=1),
+            nn.ReLU(),
             nn.MaxPool2d(2),
         )
         self.classifier = nn.Sequential(
@@ -44,7 +46,11 @@ class DigitsMLP(nn.Module):
     def __init__(self, hidden: int = 1024, num_classes: int = 10) -> None:
         super().__init__()
         self.net = nn.Sequential(
-            nn.Flatten(), nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(64, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
             nn.Linear(hidden, num_classes),
         )
 
@@ -52,8 +58,16 @@ class DigitsMLP(nn.Module):
         return self.net(x)
 
 
-def train_classifier(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, epochs: int = 20,
-                     batch_size: int = 64, lr: float = 2e-3, seed: int = 0, shift_augment: bool = True) -> nn.Module:
+def train_classifier(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    epochs: int = 20,
+    batch_size: int = 64,
+    lr: float = 2e-3,
+    seed: int = 0,
+    shift_augment: bool = True,
+) -> nn.Module:
     """Train ``model`` on digit images (N×1×8×8) with AdamW and a cosine schedule; returns it in eval mode.
 
     ``shift_augment`` rolls each batch by up to one pixel so the model does not memorise positions.
@@ -70,7 +84,7 @@ def train_classifier(model: nn.Module, images: torch.Tensor, labels: torch.Tenso
     for _ in range(epochs):
         perm = torch.randperm(len(images), generator=generator)
         for start in range(0, len(perm), batch_size):
-            idx = perm[start:start + batch_size]
+            idx = perm[start : start + batch_size]
             xb = images[idx]
             if shift_augment:
                 shifts = tuple(torch.randint(-1, 2, (2,), generator=generator).tolist())
@@ -116,8 +130,14 @@ def _correct(logits: torch.Tensor, labels: torch.Tensor) -> int:
 
 
 @torch.inference_mode()
-def accuracy(model: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, labels: torch.Tensor,
-             batch_size: int = 512, *, logits: torch.Tensor | None = None) -> float:
+def accuracy(
+    model: Callable[[torch.Tensor], torch.Tensor],
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    batch_size: int = 512,
+    *,
+    logits: torch.Tensor | None = None,
+) -> float:
     """Top-1 accuracy of ``model`` on ``images``/``labels``: the share of images whose largest logit is at
     their label. The course's one definition of accuracy.
 
@@ -127,8 +147,10 @@ def accuracy(model: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor
     scored and nothing runs again."""
     if logits is not None:
         if logits.dim() != 2 or len(logits) != len(labels) or len(labels) == 0:
-            raise ValueError(f"logits of shape {tuple(logits.shape)} do not match {len(labels)} labels: pass one "
-                             "row of class scores per label.")
+            raise ValueError(
+                f"logits of shape {tuple(logits.shape)} do not match {len(labels)} labels: pass one "
+                "row of class scores per label."
+            )
         return _correct(logits, labels) / len(labels)
     check_callable("model", model, hint="pass the model whose accuracy is measured, or its logits as logits=")
     check_int("batch_size", batch_size, hint="pass how many images per forward pass, e.g. 512")
@@ -138,5 +160,5 @@ def accuracy(model: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor
     device = weight.device if weight is not None else images.device
     correct = 0
     for start in range(0, len(images), batch_size):
-        correct += _correct(model(images[start:start + batch_size].to(device)), labels[start:start + batch_size])
+        correct += _correct(model(images[start : start + batch_size].to(device)), labels[start : start + batch_size])
     return correct / len(images)

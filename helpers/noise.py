@@ -78,8 +78,11 @@ def profiler_markers_silenced() -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)
-            kept = [line for line in capture.read().splitlines(keepends=True)
-                    if not (line.startswith(b"USDT:") and b"profiler_st" in line)]
+            kept = [
+                line
+                for line in capture.read().splitlines(keepends=True)
+                if not (line.startswith(b"USDT:") and b"profiler_st" in line)
+            ]
             if kept:
                 os.write(2, b"".join(kept))
 
@@ -105,14 +108,18 @@ def install() -> None:
     if not any(isinstance(f, _DropMessage) for f in pytree.filters):
         pytree.addFilter(_DropMessage("is an Enum subclass and is now natively supported by torch.compile"))
     # 6.
-    warnings.filterwarnings("ignore", message=r"\w+ does not implement _stable_hash_for_caching",
-                            category=UserWarning)
+    warnings.filterwarnings("ignore", message=r"\w+ does not implement _stable_hash_for_caching", category=UserWarning)
     # 7.
-    warnings.filterwarnings("ignore", message=r"TensorFloat32 tensor cores for float32 matrix multiplication "
-                            r"available but not enabled", category=UserWarning)
+    warnings.filterwarnings(
+        "ignore",
+        message=r"TensorFloat32 tensor cores for float32 matrix multiplication "
+        r"available but not enabled",
+        category=UserWarning,
+    )
     # 9. one warning, from one package
-    warnings.filterwarnings("ignore", message=r"TypedStorage is deprecated", category=UserWarning,
-                            module=r"torch\._inductor")
+    warnings.filterwarnings(
+        "ignore", message=r"TypedStorage is deprecated", category=UserWarning, module=r"torch\._inductor"
+    )
     # 2. one warning, by its exact text
     warnings.filterwarnings(
         "ignore",

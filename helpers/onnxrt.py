@@ -28,8 +28,12 @@ import torch
 from .checks import check_choice, check_int
 from .paths import output_subdir
 
-LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
-          "all": "ORT_ENABLE_ALL"}
+LEVELS = {
+    "disabled": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
 
 
 def onnx_dir() -> Path:
@@ -37,8 +41,14 @@ def onnx_dir() -> Path:
     return output_subdir("onnx")
 
 
-def export(model: torch.nn.Module, example: torch.Tensor, name: str, dynamic_batch: bool = True,
-           external_data: bool = False, folder: str | os.PathLike[str] | None = None) -> Path:
+def export(
+    model: torch.nn.Module,
+    example: torch.Tensor,
+    name: str,
+    dynamic_batch: bool = True,
+    external_data: bool = False,
+    folder: str | os.PathLike[str] | None = None,
+) -> Path:
     """Export ``model`` (called on ``example``) to ``<folder>/<name>.onnx`` with the dynamo exporter, batch
     dimension dynamic, and check the file with ``onnx.checker``. ``external_data=True`` writes the weights
     to ``<name>.onnx.data`` beside the graph (needed beyond protobuf's 2 GB limit)."""
@@ -93,11 +103,15 @@ class GraphSummary:
     inputs: dict[str, list[Any]]
 
     def row(self) -> dict[str, Any]:
-        return {"file": self.path.name, "opset": self.opset, "nodes": self.nodes,
-                "graph (KiB)": round(self.graph_bytes / 1024, 1),
-                "external data (KiB)": round(self.external_bytes / 1024, 1),
-                "inputs": ", ".join(f"{k}{v}" for k, v in self.inputs.items()),
-                "ops": ", ".join(f"{op}×{n}" for op, n in self.ops.items())}
+        return {
+            "file": self.path.name,
+            "opset": self.opset,
+            "nodes": self.nodes,
+            "graph (KiB)": round(self.graph_bytes / 1024, 1),
+            "external data (KiB)": round(self.external_bytes / 1024, 1),
+            "inputs": ", ".join(f"{k}{v}" for k, v in self.inputs.items()),
+            "ops": ", ".join(f"{op}×{n}" for op, n in self.ops.items()),
+        }
 
 
 def graph_summary(path: str | os.PathLike[str]) -> GraphSummary:
@@ -110,8 +124,15 @@ def graph_summary(path: str | os.PathLike[str]) -> GraphSummary:
     ops = Counter(n.op_type for n in model.graph.node)
     data = path.with_name(path.name + ".data")
     inputs = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
-    return GraphSummary(path, opset, len(model.graph.node), dict(ops.most_common()), path.stat().st_size,
-                        data.stat().st_size if data.exists() else 0, inputs)
+    return GraphSummary(
+        path,
+        opset,
+        len(model.graph.node),
+        dict(ops.most_common()),
+        path.stat().st_size,
+        data.stat().st_size if data.exists() else 0,
+        inputs,
+    )
 
 
 @contextlib.contextmanager
@@ -156,8 +177,10 @@ def provider_status(provider: str) -> tuple[bool, str]:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return False, f"a session on it failed: {first}"
     if sess.get_providers()[0] != provider:
-        return False, ("the session fell back to the CPU: ORT could not load the provider's libraries "
-                       "(CUDA 13 and cuDNN 9 for onnxruntime-gpu 1.31)")
+        return False, (
+            "the session fell back to the CPU: ORT could not load the provider's libraries "
+            "(CUDA 13 and cuDNN 9 for onnxruntime-gpu 1.31)"
+        )
     return True, "a probe session ran on it"
 
 
@@ -169,12 +192,18 @@ def provider_works(provider: str) -> bool:
 def working_providers() -> list[str]:
     """The providers that work here, fastest first: TensorRT and CUDA (if they load on a real GPU), then CPU."""
     return [p for p in ("TensorrtExecutionProvider", "CUDAExecutionProvider") if provider_works(p)] + [
-        "CPUExecutionProvider"]
+        "CPUExecutionProvider"
+    ]
 
 
-def session(path: str | os.PathLike[str], provider: str = "CPUExecutionProvider", level: str = "all",
-            threads: int | None = None, optimized_path: str | os.PathLike[str] | None = None,
-            provider_options: dict[str, Any] | None = None) -> Any:
+def session(
+    path: str | os.PathLike[str],
+    provider: str = "CPUExecutionProvider",
+    level: str = "all",
+    threads: int | None = None,
+    optimized_path: str | os.PathLike[str] | None = None,
+    provider_options: dict[str, Any] | None = None,
+) -> Any:
     """An ``onnxruntime.InferenceSession`` on ``provider`` with graph optimisation ``level`` (disabled, basic,
     extended, all), ``threads`` intra-op threads (None: ORT's default, one per core), optionally writing the
     optimised graph to ``optimized_path``. Fails, rather than falling back, if the provider does not load."""
@@ -184,11 +213,15 @@ def session(path: str | os.PathLike[str], provider: str = "CPUExecutionProvider"
     if threads is not None:
         check_int("threads", threads, hint="pass the number of intra-op threads, or None for ORT's default")
     if provider not in ort.get_available_providers():
-        raise ValueError(f"provider={provider!r} is not in this onnxruntime build; it has "
-                         f"{', '.join(ort.get_available_providers())}.")
+        raise ValueError(
+            f"provider={provider!r} is not in this onnxruntime build; it has "
+            f"{', '.join(ort.get_available_providers())}."
+        )
     if not provider_works(provider):
-        raise RuntimeError(f"{provider} does not load here (no CUDA GPU, or its libraries are missing); "
-                           "use helpers.onnxrt.working_providers() to pick one that works.")
+        raise RuntimeError(
+            f"{provider} does not load here (no CUDA GPU, or its libraries are missing); "
+            "use helpers.onnxrt.working_providers() to pick one that works."
+        )
     options = ort.SessionOptions()
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level])
     if threads is not None:
@@ -208,10 +241,20 @@ def session(path: str | os.PathLike[str], provider: str = "CPUExecutionProvider"
     return ort.InferenceSession(str(path), options, providers=providers)
 
 
-_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
-          "tensor(uint8)": np.uint8, "tensor(int8)": np.int8}
-_TORCH = {"tensor(float)": torch.float32, "tensor(float16)": torch.float16, "tensor(int64)": torch.int64,
-          "tensor(uint8)": torch.uint8, "tensor(int8)": torch.int8}
+_NUMPY = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(uint8)": np.uint8,
+    "tensor(int8)": np.int8,
+}
+_TORCH = {
+    "tensor(float)": torch.float32,
+    "tensor(float16)": torch.float16,
+    "tensor(int64)": torch.int64,
+    "tensor(uint8)": torch.uint8,
+    "tensor(int8)": torch.int8,
+}
 
 
 class OrtModel:
@@ -265,8 +308,13 @@ class _Reader:
         return None if batch is None else {self.name: batch}
 
 
-def quantize(path: str | os.PathLike[str], mode: str, calibration: Iterable[np.ndarray] | None = None,
-             name: str | None = None, activations: str = "uint8") -> Path:
+def quantize(
+    path: str | os.PathLike[str],
+    mode: str,
+    calibration: Iterable[np.ndarray] | None = None,
+    name: str | None = None,
+    activations: str = "uint8",
+) -> Path:
     """int8-quantize a saved model with ONNX Runtime's tools; returns the new file's path.
 
     ``mode="static"``: QDQ format, per-channel int8 weights, activations (``"uint8"`` or ``"int8"``) with ranges
@@ -293,8 +341,15 @@ def quantize(path: str | os.PathLike[str], mode: str, calibration: Iterable[np.n
 
             input_name = onnx.load(str(pre), load_external_data=False).graph.input[0].name
             act = QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8
-            quantize_static(str(pre), str(out), _Reader(input_name, calibration), quant_format=QuantFormat.QDQ,
-                            per_channel=True, activation_type=act, weight_type=QuantType.QInt8)
+            quantize_static(
+                str(pre),
+                str(out),
+                _Reader(input_name, calibration),
+                quant_format=QuantFormat.QDQ,
+                per_channel=True,
+                activation_type=act,
+                weight_type=QuantType.QInt8,
+            )
         else:
             quantize_dynamic(str(pre), str(out), weight_type=QuantType.QInt8)
     pre.unlink(missing_ok=True)

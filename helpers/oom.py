@@ -80,8 +80,9 @@ class FitSearch:
     hit_limit: bool
 
 
-def largest_fitting_batch(try_batch: Callable[[int], Any], start: int = 1, limit: int = 2**14,
-                          device: DeviceLike = None) -> FitSearch:
+def largest_fitting_batch(
+    try_batch: Callable[[int], Any], start: int = 1, limit: int = 2**14, device: DeviceLike = None
+) -> FitSearch:
     """Find the largest batch for which ``try_batch(b)`` does not run out of memory (:func:`is_out_of_memory`).
 
     Doubles from ``start`` until a batch fails (or ``limit`` is reached), then bisects between the last
@@ -89,8 +90,9 @@ def largest_fitting_batch(try_batch: Callable[[int], Any], start: int = 1, limit
     the CUDA cache of ``device``, by default the course's device) so the next attempt starts clean. Any other
     exception propagates.
     """
-    check_callable("try_batch", try_batch, hint="largest_fitting_batch() needs a function that runs one batch: "
-                   "try_batch(b)")
+    check_callable(
+        "try_batch", try_batch, hint="largest_fitting_batch() needs a function that runs one batch: try_batch(b)"
+    )
     check_int("start", start, hint="pass the first batch to try, e.g. 1")
     check_int("limit", limit, minimum=start, hint=f"pass the largest batch to try, at least start={start}")
     attempts: list[tuple[int, bool]] = []
@@ -132,28 +134,36 @@ class BackoffResult:
         return f"<BackoffResult {shape} outputs, final batch {self.batch}, {len(self.retries)} retries>"
 
 
-def run_with_oom_backoff(fn: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor, batch: int,
-                         min_batch: int = 1, device: DeviceLike = None) -> BackoffResult:
+def run_with_oom_backoff(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    inputs: torch.Tensor,
+    batch: int,
+    min_batch: int = 1,
+    device: DeviceLike = None,
+) -> BackoffResult:
     """Run ``fn`` over ``inputs`` in chunks of ``batch``; when a chunk runs out of memory (GPU or CPU), free
     memory (garbage collection, the CUDA cache of ``device``, by default that of ``inputs``), halve the batch
     and retry that chunk, down to ``min_batch``. Returns the outputs in order (concatenated on the first
     dimension) and what it had to do."""
     check_callable("fn", fn, hint="run_with_oom_backoff() needs a function of one batch, e.g. model")
     check_int("batch", batch, hint="pass the chunk size to try first, e.g. 64")
-    check_int("min_batch", min_batch, maximum=batch,
-              hint=f"pass the smallest chunk to fall back to, at most batch={batch}")
+    check_int(
+        "min_batch", min_batch, maximum=batch, hint=f"pass the smallest chunk to fall back to, at most batch={batch}"
+    )
     if len(inputs) == 0:
         raise ValueError("run_with_oom_backoff() got no inputs: pass at least one item.")
     device = device if device is not None else inputs.device
     outputs, retries, start = [], [], 0
     while start < len(inputs):
-        chunk = inputs[start:start + batch]
+        chunk = inputs[start : start + batch]
         ok, out = _attempt(fn, chunk, device=device)
         if not ok:
             size = len(chunk)  # the chunk that failed (the last one can be shorter than batch)
             if size <= min_batch:
-                raise RuntimeError(f"out of memory even at batch {size}: free memory, use a smaller model or "
-                                   "dtype, or lower min_batch.")
+                raise RuntimeError(
+                    f"out of memory even at batch {size}: free memory, use a smaller model or "
+                    "dtype, or lower min_batch."
+                )
             batch = max(min_batch, size // 2)
             retries.append((size, batch))
             continue
@@ -162,8 +172,9 @@ def run_with_oom_backoff(fn: Callable[[torch.Tensor], torch.Tensor], inputs: tor
     return BackoffResult(torch.cat(outputs), batch, retries)
 
 
-def with_memory_cap(fn: Callable[..., Any], cap_bytes: float, device: DeviceLike = None, *,
-                    peak: str = "measured") -> Callable[..., Any]:
+def with_memory_cap(
+    fn: Callable[..., Any], cap_bytes: float, device: DeviceLike = None, *, peak: str = "measured"
+) -> Callable[..., Any]:
     """``fn`` with a simulated memory limit: a call whose peak memory goes over ``cap_bytes`` raises
     ``torch.OutOfMemoryError``, as a full GPU would. For teaching and testing out-of-memory handling on a
     machine whose memory is not full.
@@ -181,8 +192,7 @@ def with_memory_cap(fn: Callable[..., Any], cap_bytes: float, device: DeviceLike
     check_choice("peak", peak, PEAK_SOURCES, hint="'measured' measures each call, 'returned' trusts fn's return value")
 
     def refuse(used: float) -> torch.OutOfMemoryError:
-        return torch.OutOfMemoryError(f"simulated: the call needed {used:,.0f} bytes, over the cap of "
-                                      f"{cap_bytes:,.0f}")
+        return torch.OutOfMemoryError(f"simulated: the call needed {used:,.0f} bytes, over the cap of {cap_bytes:,.0f}")
 
     def capped(*args: Any, **kwargs: Any) -> Any:
         if peak == "returned":
@@ -194,8 +204,13 @@ def with_memory_cap(fn: Callable[..., Any], cap_bytes: float, device: DeviceLike
         from .memory import peak_allocated_bytes  # memory re-exports this module: imported when first used
 
         kept: list[Any] = []
-        where = device if device is not None else next(
-            (a.device for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)), None)
+        where = (
+            device
+            if device is not None
+            else next(
+                (a.device for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)), None
+            )
+        )
         used = peak_allocated_bytes(lambda: kept.append(fn(*args, **kwargs)), where)
         if used > cap_bytes:
             kept.clear()

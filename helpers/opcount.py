@@ -37,8 +37,19 @@ from torch.utils._python_dispatch import TorchDispatchMode  # the standard hook 
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 #: ops that dispatch but move no data: allocations without initialisation, and views not flagged as such
-NO_TRAFFIC = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "_unsafe_view",
-                        "alias", "detach", "lift_fresh"})
+NO_TRAFFIC = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "_unsafe_view",
+        "alias",
+        "detach",
+        "lift_fresh",
+    }
+)
 
 
 def _unique(values: Any) -> list[torch.Tensor]:
@@ -101,7 +112,8 @@ class OpCounter(TorchDispatchMode):
         inputs, outputs = _operands(name, args, kwargs, out)
         # a value read back to Python (.item(), bool(tensor)), or a copy from a device to the host (.cpu(), .tolist())
         if name == "_local_scalar_dense" or (
-                any(t.device.type != "cpu" for t in inputs) and any(t.device.type == "cpu" for t in outputs)):
+            any(t.device.type != "cpu" for t in inputs) and any(t.device.type == "cpu" for t in outputs)
+        ):
             self.host_reads += 1
         if func.is_view or name in NO_TRAFFIC:
             return
@@ -148,8 +160,14 @@ def count_ops(fn: Callable[..., Any], *args: Any) -> OpCount:
     with flop_mode, counter:
         fn(*args)
     flops = float(flop_mode.get_total_flops() + counter.other_flops)
-    return OpCount(ops=counter.ops, kernels=counter.kernels, flops=flops, bytes=float(counter.bytes),
-                   by_op=dict(sorted(counter.names.items(), key=lambda kv: -kv[1])), host_reads=counter.host_reads)
+    return OpCount(
+        ops=counter.ops,
+        kernels=counter.kernels,
+        flops=flops,
+        bytes=float(counter.bytes),
+        by_op=dict(sorted(counter.names.items(), key=lambda kv: -kv[1])),
+        host_reads=counter.host_reads,
+    )
 
 
 @dataclass
@@ -178,5 +196,9 @@ def traffic(fn: Callable[..., Any], *args: Any) -> Traffic:
     final = {t.untyped_storage().data_ptr(): _nbytes(t) for t in _unique(torch.utils._pytree.tree_leaves(result))}
     fused = sum(counter.external.values()) + sum(final.values())
     written_between = sum(b for k, b in counter.written.items() if k not in final)
-    return Traffic(unfused=counter.bytes, fused=fused, intermediate=written_between + counter.intermediate_reads,
-                   ops=counter.moving)
+    return Traffic(
+        unfused=counter.bytes,
+        fused=fused,
+        intermediate=written_between + counter.intermediate_reads,
+        ops=counter.moving,
+    )

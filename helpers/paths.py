@@ -38,8 +38,10 @@ def ensure_dir(path: str | os.PathLike[str]) -> Path:
             "write, e.g. COURSE_OUTPUTS=$HOME/course-outputs, and restart the kernel."
         ) from None
     if not os.access(path, os.W_OK):
-        raise OutputsNotWritable(f"cannot write to {path} (no write permission): set COURSE_OUTPUTS to a folder "
-                                 "you can write, e.g. COURSE_OUTPUTS=$HOME/course-outputs, and restart the kernel.")
+        raise OutputsNotWritable(
+            f"cannot write to {path} (no write permission): set COURSE_OUTPUTS to a folder "
+            "you can write, e.g. COURSE_OUTPUTS=$HOME/course-outputs, and restart the kernel."
+        )
     return path
 
 
@@ -113,7 +115,8 @@ def verify_shipped(path: str | os.PathLike[str], data_dir: str | os.PathLike[str
         raise ShippedDataError(f"data/{name} is not listed in data/checksums.sha256: {restore}.")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if digest != expected:
-        raise ShippedDataError(f"data/{name} does not match its checksum (truncated or altered, {stat.st_size} "
-                               f"bytes): {restore}.")
+        raise ShippedDataError(
+            f"data/{name} does not match its checksum (truncated or altered, {stat.st_size} bytes): {restore}."
+        )
     _VERIFIED[key] = state
     return path

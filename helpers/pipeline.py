@@ -30,7 +30,8 @@ def to_device(batch: Any, device: DeviceLike, non_blocking: bool = False) -> Any
     """``batch`` with every tensor moved to ``device`` (nested tuples, lists and dicts are followed)."""
     dev = choose_device(device)
     return torch.utils._pytree.tree_map(
-        lambda t: t.to(dev, non_blocking=non_blocking) if isinstance(t, torch.Tensor) else t, batch)
+        lambda t: t.to(dev, non_blocking=non_blocking) if isinstance(t, torch.Tensor) else t, batch
+    )
 
 
 class ThreadPrefetcher:
@@ -92,8 +93,10 @@ class CudaPrefetcher:
     def __init__(self, loader: Iterable[Any], device: DeviceLike = "cuda") -> None:
         self.device = choose_device(device)
         if self.device.type != "cuda":
-            raise ValueError(f"CudaPrefetcher overlaps copies with CUDA streams; device={self.device} is not a "
-                             "CUDA device. On a CPU, use ThreadPrefetcher.")
+            raise ValueError(
+                f"CudaPrefetcher overlaps copies with CUDA streams; device={self.device} is not a "
+                "CUDA device. On a CPU, use ThreadPrefetcher."
+            )
         self.loader = loader
 
     def _issue(self, iterator: Iterator[Any], stream: torch.cuda.Stream) -> Any:

@@ -58,8 +58,7 @@ def bars(measurements: Sequence[Measurement], title: str = "", ax: Any = None, l
     return fig
 
 
-def vs_batch(batches: Sequence[int], measurements: Sequence[Measurement], title: str = "",
-             label: str = "") -> Any:
+def vs_batch(batches: Sequence[int], measurements: Sequence[Measurement], title: str = "", label: str = "") -> Any:
     """Two panels: throughput (items/s) and latency per batch (median with p25–p95 band) against batch."""
     if len(batches) != len(measurements) or not batches:
         raise ValueError("vs_batch() needs one Measurement per batch size, and at least one.")
@@ -72,8 +71,14 @@ def vs_batch(batches: Sequence[int], measurements: Sequence[Measurement], title:
     ax_t.set(xscale="log", xlabel="batch size", ylabel="throughput (items/s)", title="throughput")
     ax_t.set_xscale("log", base=2)
     ax_l.plot(b, [m.median / scale for m in measurements], "o-", color=NEUTRAL, label="median")
-    ax_l.fill_between(b, [m.p25 / scale for m in measurements], [m.p95 / scale for m in measurements],
-                      color=NEUTRAL, alpha=0.2, label="p25–p95")
+    ax_l.fill_between(
+        b,
+        [m.p25 / scale for m in measurements],
+        [m.p95 / scale for m in measurements],
+        color=NEUTRAL,
+        alpha=0.2,
+        label="p25–p95",
+    )
     ax_l.set(xlabel="batch size", ylabel=f"latency per batch ({unit})", title="latency")
     ax_l.set_xscale("log", base=2)
     ax_l.legend()
@@ -82,8 +87,7 @@ def vs_batch(batches: Sequence[int], measurements: Sequence[Measurement], title:
     return fig
 
 
-def roofline(rf: Roofline, points: Sequence[tuple[Any, ...]] = (), title: str = "",
-             dtype: str = "fp32") -> Any:
+def roofline(rf: Roofline, points: Sequence[tuple[Any, ...]] = (), title: str = "", dtype: str = "fp32") -> Any:
     """The roofline of ``rf`` (one roof per measured float dtype) with workloads placed on it.
 
     ``points`` are ``(label, intensity FLOP/byte, achieved FLOP/s)``, or with a fourth item, the dtype whose
@@ -97,8 +101,12 @@ def roofline(rf: Roofline, points: Sequence[tuple[Any, ...]] = (), title: str = 
     intensity = np.logspace(np.log10(lo), np.log10(hi), 200)
     roofs = {k: v for k, v in rf.peak_flops.items() if k != "int8" and np.isfinite(v)}
     for i, (name, peak) in enumerate(roofs.items()):
-        ax.plot(intensity, np.minimum(peak, intensity * rf.bandwidth), color=PALETTE[i % len(PALETTE)],
-                label=f"{name}: {peak / 1e9:,.0f} GFLOP/s, ridge {rf.ridge_point(name):.1f} FLOP/B")
+        ax.plot(
+            intensity,
+            np.minimum(peak, intensity * rf.bandwidth),
+            color=PALETTE[i % len(PALETTE)],
+            label=f"{name}: {peak / 1e9:,.0f} GFLOP/s, ridge {rf.ridge_point(name):.1f} FLOP/B",
+        )
     clamped = []
     for j, point in enumerate(points):
         if len(point) not in (3, 4):
@@ -110,8 +118,13 @@ def roofline(rf: Roofline, points: Sequence[tuple[Any, ...]] = (), title: str = 
         if y > roof:
             clamped.append(label)
             ax.plot([x], [roof], "o", markerfacecolor="none", markeredgecolor=color, markersize=9)
-            ax.annotate("", (x, roof * 1.3), xytext=(x, roof), arrowprops={"arrowstyle": "->", "color": color},
-                        annotation_clip=False)
+            ax.annotate(
+                "",
+                (x, roof * 1.3),
+                xytext=(x, roof),
+                arrowprops={"arrowstyle": "->", "color": color},
+                annotation_clip=False,
+            )
             y = roof
         else:
             ax.plot([x], [y], "o", color=color, markersize=8)
@@ -119,16 +132,20 @@ def roofline(rf: Roofline, points: Sequence[tuple[Any, ...]] = (), title: str = 
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="FLOP/s")
     ax.set_title(title or f"roofline of {rf.machine_id}: memory {rf.bandwidth / 1e9:.1f} GB/s")
     if clamped:
-        fig.text(0.01, 0.01, f"hollow, with an arrow: above its roof, drawn on it ({', '.join(clamped)})",
-                 fontsize=8)
+        fig.text(0.01, 0.01, f"hollow, with an arrow: above its roof, drawn on it ({', '.join(clamped)})", fontsize=8)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
 
 
-def waterfall(steps: Sequence[str], values: Sequence[float], metric: str = "throughput (items/s)",
-              higher_is_better: bool = True, title: str = "",
-              measurements: Sequence[Measurement] | None = None) -> Any:
+def waterfall(
+    steps: Sequence[str],
+    values: Sequence[float],
+    metric: str = "throughput (items/s)",
+    higher_is_better: bool = True,
+    title: str = "",
+    measurements: Sequence[Measurement] | None = None,
+) -> Any:
     """Cumulative waterfall: each step's bar shows its value, regressions kept visible (a regression is a
     result too). With ``measurements`` (one timing per step), each bar is coloured by
     :func:`helpers.verdict.verdict` against the step before: green faster, red slower, grey within noise or
@@ -159,15 +176,27 @@ def waterfall(steps: Sequence[str], values: Sequence[float], metric: str = "thro
         ax.annotate(f"{value:.3g}\n×{ratio:.2f}", (i, value), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, steps, rotation=30, ha="right")
     ax.set_ylabel(metric)
-    legend = ("green faster, red slower, grey within noise of the step before" if measurements is not None
-              else "red: worse than the step before, noise not judged")
+    legend = (
+        "green faster, red slower, grey within noise of the step before"
+        if measurements is not None
+        else "red: worse than the step before, noise not judged"
+    )
     ax.set_title(title or f"{metric}, step by step ({legend})")
     fig.tight_layout()
     return fig
 
 
-def lines(x: Sequence[float], series: dict[str, Sequence[float]], xlabel: str, ylabel: str, title: str = "",
-          logx: bool = True, logy: bool = False, hline: tuple[str, float] | None = None, ax: Any = None) -> Any:
+def lines(
+    x: Sequence[float],
+    series: dict[str, Sequence[float]],
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    logx: bool = True,
+    logy: bool = False,
+    hline: tuple[str, float] | None = None,
+    ax: Any = None,
+) -> Any:
     """Several measured curves against one x (sizes, batch sizes, op counts), optionally with a reference
     line ``hline = (label, y)`` such as a roof."""
     if not series or any(len(ys) != len(x) for ys in series.values()):

@@ -60,9 +60,16 @@ def quiet_step(prof: Any) -> None:
         prof.step()
 
 
-def record_trace(fn: Callable[[], Any], name: str, steps: int = 3, warmup: int = 1, device: DeviceLike = None,
-                 record_shapes: bool = True, profile_memory: bool = False,
-                 with_stack: bool = False) -> tuple[Any, Path]:
+def record_trace(
+    fn: Callable[[], Any],
+    name: str,
+    steps: int = 3,
+    warmup: int = 1,
+    device: DeviceLike = None,
+    record_shapes: bool = True,
+    profile_memory: bool = False,
+    with_stack: bool = False,
+) -> tuple[Any, Path]:
     """Profile ``fn()`` with ``schedule(wait=0, warmup, active=steps)`` (one ``prof.step()`` per call), export the
     Chrome trace to ``<outputs>/traces/<name>.json`` and return ``(profiler, path)``."""
     from torch.profiler import ProfilerActivity, schedule
@@ -73,8 +80,13 @@ def record_trace(fn: Callable[[], Any], name: str, steps: int = 3, warmup: int =
     dev = choose_device(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     path = traces_dir() / f"{name}.json"
-    with quiet_profile(activities=activities, schedule=schedule(wait=0, warmup=warmup, active=steps, repeat=1),
-                       record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack) as prof:
+    with quiet_profile(
+        activities=activities,
+        schedule=schedule(wait=0, warmup=warmup, active=steps, repeat=1),
+        record_shapes=record_shapes,
+        profile_memory=profile_memory,
+        with_stack=with_stack,
+    ) as prof:
         for _ in range(warmup + steps):
             fn()
             sync(dev)
@@ -111,9 +123,16 @@ def load_trace(path: str | os.PathLike[str]) -> Any:
     events = [e for e in data.get("traceEvents", []) if e.get("ph") == "X"]
     if not events:
         raise ValueError(f"{path} has no complete events: was anything recorded while the profiler was active?")
-    df = pd.DataFrame({"name": [e.get("name", "") for e in events], "cat": [e.get("cat", "") for e in events],
-                       "ts": [float(e.get("ts", 0)) for e in events], "dur": [float(e.get("dur", 0)) for e in events],
-                       "tid": [e.get("tid") for e in events], "args": [e.get("args", {}) for e in events]})
+    df = pd.DataFrame(
+        {
+            "name": [e.get("name", "") for e in events],
+            "cat": [e.get("cat", "") for e in events],
+            "ts": [float(e.get("ts", 0)) for e in events],
+            "dur": [float(e.get("dur", 0)) for e in events],
+            "tid": [e.get("tid") for e in events],
+            "args": [e.get("args", {}) for e in events],
+        }
+    )
     df["end"] = df["ts"] + df["dur"]
     return df.sort_values("ts").reset_index(drop=True)
 
@@ -169,5 +188,3 @@ def clean_traces(keep: int = 0) -> None:
     files = sorted(traces_dir().glob("*.json"), key=lambda p: p.stat().st_mtime)
     for path in files[: len(files) - keep] if keep else files:
         path.unlink(missing_ok=True)
-
-

@@ -212,8 +212,9 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         return []
     records, bad = parse_records(path.read_text(encoding="utf-8", errors="replace"))
     if bad:
-        warnings.warn(f"{path.name}: skipped {bad} incomplete line(s) (an interrupted write); the rest is intact.",
-                      stacklevel=2)
+        warnings.warn(
+            f"{path.name}: skipped {bad} incomplete line(s) (an interrupted write); the rest is intact.", stacklevel=2
+        )
     return records
 
 
@@ -284,8 +285,9 @@ def load_reference(
     return df.reset_index(drop=True)
 
 
-def reference_table(notebook: str, experiment: str, machine: str | None = "cuda",
-                    columns: list[str] | None = None) -> Any:
+def reference_table(
+    notebook: str, experiment: str, machine: str | None = "cuda", columns: list[str] | None = None
+) -> Any:
     """The reference rows for one experiment, ready to show beside this machine's numbers.
 
     When no such reference ships yet, prints one line saying so (and how to produce one) and returns
@@ -294,16 +296,19 @@ def reference_table(notebook: str, experiment: str, machine: str | None = "cuda"
     df = load_reference(notebook=notebook, experiment=experiment, machine=machine)
     if df.empty:
         where = f"a {machine} machine" if machine else "any machine"
-        print(f"No reference result for {notebook}/{experiment} from {where} ships with the course yet; "
-              "`make full-run` on such a machine produces one (see data/reference/README.md).")
+        print(
+            f"No reference result for {notebook}/{experiment} from {where} ships with the course yet; "
+            "`make full-run` on such a machine produces one (see data/reference/README.md)."
+        )
         return None
     keep = ["machine_id", "variant", "batch", "dtype", "median", "iqr", "throughput"] + (columns or [])
     keep = [c for c in keep if c in df.columns and df[c].notna().any()]
     return df[keep]
 
 
-def show_reference(notebook: str, experiment: str, machine: str | None = "cuda",
-                   columns: list[str] | None = None) -> None:
+def show_reference(
+    notebook: str, experiment: str, machine: str | None = "cuda", columns: list[str] | None = None
+) -> None:
     """Display :func:`reference_table` in a notebook (or print it elsewhere); says so when none ships."""
     table = reference_table(notebook, experiment, machine=machine, columns=columns)
     if table is None:

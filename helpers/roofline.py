@@ -39,8 +39,13 @@ from .modes import course_mode, pick
 from .paths import outputs_dir, write_atomic
 from .timing import MIN_SAMPLES, Measurement, benchmark, fit_to_budget
 
-_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
-           "int8": torch.int8}
+_DTYPES = {
+    "fp32": torch.float32,
+    "tf32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "int8": torch.int8,
+}
 
 #: Where notebook 00 records the roofline, and the names of its records: every reader uses these.
 ROOF_NOTEBOOK = "00_environment"
@@ -116,8 +121,12 @@ def _matmul_call(dtype: str, n: int, dev: torch.device, layout: str = LAYOUTS[0]
 
 
 def matmul_flops(
-    dtype: str = "fp32", device: DeviceLike = None, n: int | None = None, repeats: int | None = None,
-    budget: float | None | str = "default", layout: str = LAYOUTS[0],
+    dtype: str = "fp32",
+    device: DeviceLike = None,
+    n: int | None = None,
+    repeats: int | None = None,
+    budget: float | None | str = "default",
+    layout: str = LAYOUTS[0],
 ) -> tuple[float, Measurement]:
     """Achieved FLOP/s (int8: OP/s) of one ``n×n`` matmul (``2·n³`` operations) in ``layout`` (one of
     :data:`LAYOUTS`; int8 is ``torch._int_mm``), from its fastest sample, and the timing behind it.
@@ -130,8 +139,9 @@ def matmul_flops(
     call = _matmul_call(dtype, n, dev, layout)
     name = f"matmul {n}×{n} {dtype}" + (f" ({layout})" if dtype != "int8" else "")
     with _matmul_precision(dtype), torch.inference_mode():
-        m = benchmark(call, label=name, device=dev, repeats=repeats, warmup=2, budget=budget,
-                      min_sample_time=ROOF_SAMPLE_TIME)
+        m = benchmark(
+            call, label=name, device=dev, repeats=repeats, warmup=2, budget=budget, min_sample_time=ROOF_SAMPLE_TIME
+        )
     return 2 * n**3 / m.min, m
 
 
@@ -141,12 +151,20 @@ def _conv_case(dtype: str, dev: torch.device) -> tuple[Callable[[], Any], float,
     n, c, hw = (pick(2, 8), 64, pick(28, 56)) if dev.type == "cpu" else (pick(8, 32), 256, 56)
     x = torch.randn(n, c, hw, hw, device=dev).to(_DTYPES[dtype]).contiguous(memory_format=torch.channels_last)
     w = torch.randn(c, c, 3, 3, device=dev).to(_DTYPES[dtype]).contiguous(memory_format=torch.channels_last)
-    return (lambda: torch.nn.functional.conv2d(x, w, padding=1)), 2.0 * n * c * hw * hw * c * 9, \
-        f"conv 3×3 {c}→{c} ch, {n}×{hw}×{hw}"
+    return (
+        (lambda: torch.nn.functional.conv2d(x, w, padding=1)),
+        2.0 * n * c * hw * hw * c * 9,
+        f"conv 3×3 {c}→{c} ch, {n}×{hw}×{hw}",
+    )
 
 
-def matmul_roof(dtype: str = "fp32", device: DeviceLike = None, sizes: list[int] | None = None,
-                budget: float | None = None, conv: bool = True) -> dict[str, Any]:
+def matmul_roof(
+    dtype: str = "fp32",
+    device: DeviceLike = None,
+    sizes: list[int] | None = None,
+    budget: float | None = None,
+    conv: bool = True,
+) -> dict[str, Any]:
     """The compute roof of ``dtype``: the best FLOP/s over square matmuls of ``sizes`` (default
     :func:`default_sizes`), in the faster of the two :data:`LAYOUTS` (both are probed), and, for fp32 and bf16
     (fp16 too on a GPU) with ``conv``, a 3×3 convolution (the
@@ -163,15 +181,21 @@ def matmul_roof(dtype: str = "fp32", device: DeviceLike = None, sizes: list[int]
     for n in sizes:
         check_int("size", n, 1, hint="pass positive matrix sizes, e.g. [256, 512, 1024].")
     if dtype == "int8" and dev.type == "cuda" and any(n <= 16 or n % 8 for n in sizes):
-        raise ValueError(f"sizes={sizes} is not allowed for int8 on a GPU: torch._int_mm needs sizes above 16 that "
-                         "are multiples of 8.")
+        raise ValueError(
+            f"sizes={sizes} is not allowed for int8 on a GPU: torch._int_mm needs sizes above 16 that "
+            "are multiples of 8."
+        )
     none = {"flops": math.nan, "measurement": None, "size": None, "source": None, "predicted": {}}
     probes = {}
     try:
         with _matmul_precision(dtype), torch.inference_mode():
             for layout in LAYOUTS[:1] if dtype == "int8" else LAYOUTS:
-                probes[layout] = fit_to_budget(lambda n, lay=layout: _matmul_call(dtype, n, dev, lay), sizes,
-                                               limit=budget / MIN_SAMPLES, device=dev)
+                probes[layout] = fit_to_budget(
+                    lambda n, lay=layout: _matmul_call(dtype, n, dev, lay),
+                    sizes,
+                    limit=budget / MIN_SAMPLES,
+                    device=dev,
+                )
     except torch.OutOfMemoryError:
         raise
     except (RuntimeError, NotImplementedError):  # this backend has no such matmul
@@ -187,28 +211,50 @@ def matmul_roof(dtype: str = "fp32", device: DeviceLike = None, sizes: list[int]
     for n in [s for s, t in probe.timed.items() if t <= probe.limit]:
         flops, m = matmul_flops(dtype, dev, n=n, budget=budget, layout=layout)
         if not flops <= best["flops"]:  # also replaces the initial NaN
-            best.update(flops=flops, measurement=m, size=n,
-                        source=f"matmul {n}×{n}" + (f", {layout}" if dtype != "int8" else ""))
+            best.update(
+                flops=flops,
+                measurement=m,
+                size=n,
+                source=f"matmul {n}×{n}" + (f", {layout}" if dtype != "int8" else ""),
+            )
     if best["measurement"] is None:  # even the smallest size was too slow for the budget: its probe call is the roof
         n, seconds = next(iter(probe.timed.items()))
-        best.update(flops=2 * n**3 / seconds, size=n, source=f"matmul {n}×{n} (one probe call)",
-                    measurement=Measurement(samples=(seconds,), label=f"matmul {n}×{n} {dtype} (probe)",
-                                            device=str(dev), budget=budget, budget_limited=True))
+        best.update(
+            flops=2 * n**3 / seconds,
+            size=n,
+            source=f"matmul {n}×{n} (one probe call)",
+            measurement=Measurement(
+                samples=(seconds,),
+                label=f"matmul {n}×{n} {dtype} (probe)",
+                device=str(dev),
+                budget=budget,
+                budget_limited=True,
+            ),
+        )
     if conv and (dtype in ("fp32", "bf16") or (dtype == "fp16" and dev.type == "cuda")):
         call, flops, label = _conv_case(dtype, dev)
         with _matmul_precision(dtype), torch.inference_mode():
             first = fit_to_budget(lambda _: call, [1], limit=budget / MIN_SAMPLES, device=dev)
             if first.size is not None:
-                m = benchmark(call, label=f"{label} {dtype}", device=dev, warmup=2, budget=budget,
-                              min_sample_time=ROOF_SAMPLE_TIME)
+                m = benchmark(
+                    call,
+                    label=f"{label} {dtype}",
+                    device=dev,
+                    warmup=2,
+                    budget=budget,
+                    min_sample_time=ROOF_SAMPLE_TIME,
+                )
                 if flops / m.min > best["flops"]:
                     best.update(flops=flops / m.min, measurement=m, source=label)
     return best
 
 
 def memory_bandwidth(
-    device: DeviceLike = None, nbytes: int | None = None, repeats: int | None = None,
-    budget: float | None | str = "default", flush_cache: bool = False,
+    device: DeviceLike = None,
+    nbytes: int | None = None,
+    repeats: int | None = None,
+    budget: float | None | str = "default",
+    flush_cache: bool = False,
 ) -> tuple[float, Measurement]:
     """Achieved main-memory bandwidth (bytes/s) of a large copy: it reads ``nbytes`` and writes ``nbytes``.
 
@@ -224,8 +270,16 @@ def memory_bandwidth(
     repeats = repeats if repeats is not None else pick(5, 20)
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=dev).uniform_()
     dst = torch.empty_like(src)
-    m = benchmark(dst.copy_, src, label=f"copy {nbytes / 2**20:.0f} MiB", device=dev, repeats=repeats, warmup=2,
-                  budget=budget, flush_cache=flush_cache)
+    m = benchmark(
+        dst.copy_,
+        src,
+        label=f"copy {nbytes / 2**20:.0f} MiB",
+        device=dev,
+        repeats=repeats,
+        warmup=2,
+        budget=budget,
+        flush_cache=flush_cache,
+    )
     return 2 * src.numel() * 4 / m.min, m
 
 
@@ -275,8 +329,15 @@ def dispatch_latency(device: DeviceLike = None, repeats: int | None = None) -> t
     a, b = torch.zeros(1, device=dev), torch.ones(1, device=dev)
     repeats = repeats if repeats is not None else pick(10, 30)
     with torch.inference_mode():
-        m = benchmark(torch.add, a, b, label="tiny op (1-element add)", device=dev, repeats=repeats,
-                      min_sample_time=pick(2e-3, 10e-3))
+        m = benchmark(
+            torch.add,
+            a,
+            b,
+            label="tiny op (1-element add)",
+            device=dev,
+            repeats=repeats,
+            min_sample_time=pick(2e-3, 10e-3),
+        )
     return m.median, m
 
 
@@ -292,8 +353,9 @@ def matmul_cost(m: int, n: int, k: int, bytes_per_element: int = 4) -> tuple[flo
     return 2.0 * m * n * k, float(bytes_per_element * (m * k + k * n + m * n))
 
 
-def elementwise_cost(numel: int, flops_per_element: int = 1, inputs: int = 1,
-                     bytes_per_element: int = 4) -> tuple[float, float]:
+def elementwise_cost(
+    numel: int, flops_per_element: int = 1, inputs: int = 1, bytes_per_element: int = 4
+) -> tuple[float, float]:
     """(FLOPs, bytes) of a pointwise op on ``numel`` elements reading ``inputs`` tensors, writing one."""
     return float(flops_per_element * numel), float(bytes_per_element * numel * (inputs + 1))
 
@@ -375,25 +437,34 @@ class Roofline:
         cache, memory = ("L2 cache", "HBM") if gpu else ("CPU caches", "DRAM") if cpu else ("caches", "memory")
         if placed["bound"] == "memory":
             if self.cache_bytes and nbytes <= self.cache_bytes:
-                why = (f"its {_mib(nbytes)} of traffic fits in the {cache} ({_mib(self.cache_bytes)}), so it is "
-                       f"served from there, faster than the {memory} roof")
+                why = (
+                    f"its {_mib(nbytes)} of traffic fits in the {cache} ({_mib(self.cache_bytes)}), so it is "
+                    f"served from there, faster than the {memory} roof"
+                )
             else:
-                why = ("the memory roof is a large copy (it counts one read and one write per byte copied"
-                       + ("; a CPU's write-allocate really moves a third more" if cpu else "")
-                       + f"), so a read-heavy kernel can stream faster; and data reused from the {cache} moves "
-                       "fewer bytes than counted")
+                why = (
+                    "the memory roof is a large copy (it counts one read and one write per byte copied"
+                    + ("; a CPU's write-allocate really moves a third more" if cpu else "")
+                    + f"), so a read-heavy kernel can stream faster; and data reused from the {cache} moves "
+                    "fewer bytes than counted"
+                )
         else:
             source = self.sources.get(dtype) or (f"matmul {self.sizes[dtype]}²" if dtype in self.sizes else None)
             roof = f"the {dtype} roof is this machine's best measured kernel" + (f" ({source})" if source else "")
             if gpu:
-                cause = ("TF32 or other tensor-core math enabled for 'fp32' work, or a FLOP count that assumes the "
-                         "direct algorithm where the library used Winograd or FFT convolutions")
+                cause = (
+                    "TF32 or other tensor-core math enabled for 'fp32' work, or a FLOP count that assumes the "
+                    "direct algorithm where the library used Winograd or FFT convolutions"
+                )
             else:
-                cause = ("another library's kernel (oneDNN, MLAS, a Winograd convolution) or another shape that "
-                         "runs faster, or a FLOP count that assumes the direct algorithm")
+                cause = (
+                    "another library's kernel (oneDNN, MLAS, a Winograd convolution) or another shape that "
+                    "runs faster, or a FLOP count that assumes the direct algorithm"
+                )
             why = f"{roof}; beyond it: {cause}. A compute roof is not a cache effect"
         if (placed["bound"] == "memory" and "bandwidth" in self.noisy) or (
-                placed["bound"] == "compute" and dtype in self.noisy):
+            placed["bound"] == "compute" and dtype in self.noisy
+        ):
             why += "; the roof's own measurement was noisy"
         return f"{pct} of the {placed['bound']} roof is drawn at 100 %: {why}."
 
@@ -416,8 +487,17 @@ class Roofline:
         kwargs["peak_flops"] = {str(k): (math.nan if v is None else float(v)) for k, v in data["peak_flops"].items()}
         for key in ("bandwidth", "dispatch_latency"):
             kwargs[key] = float(kwargs[key])
-        for key, kind in (("h2d_bandwidth", dict), ("spread", dict), ("sizes", dict), ("sources", dict),
-                          ("noisy", list), ("remeasures", int), ("threads", int), ("mode", str), ("torch", str)):
+        for key, kind in (
+            ("h2d_bandwidth", dict),
+            ("spread", dict),
+            ("sizes", dict),
+            ("sources", dict),
+            ("noisy", list),
+            ("remeasures", int),
+            ("threads", int),
+            ("mode", str),
+            ("torch", str),
+        ):
             if key in kwargs and not isinstance(kwargs[key], kind):
                 raise ValueError(f"a stored roofline's {key} must be a {kind.__name__}")
         return cls(**kwargs)
@@ -425,31 +505,72 @@ class Roofline:
     def table(self) -> Any:
         import pandas as pd
 
-        rows = [{"limit": f"compute {k}" + (f" ({self.sources[k]})" if self.sources.get(k) else ""),
-                 "value": v / 1e9, "unit": "GOP/s" if k == "int8" else "GFLOP/s",
-                 "spread (IQR/median)": self.spread.get(k)} for k, v in self.peak_flops.items()]
-        rows.append({"limit": BANDWIDTH_VARIANT, "value": self.bandwidth / 1e9, "unit": "GB/s",
-                     "spread (IQR/median)": self.spread.get("bandwidth")})
-        rows += [{"limit": f"host→device ({k})", "value": v / 1e9, "unit": "GB/s"}
-                 for k, v in self.h2d_bandwidth.items()]
-        rows.append({"limit": "dispatch/launch latency", "value": self.dispatch_latency * 1e6, "unit": "µs/op",
-                     "spread (IQR/median)": self.spread.get("dispatch")})
-        rows += [{"limit": f"ridge point {k}", "value": self.ridge_point(k), "unit": "FLOP/byte"}
-                 for k, v in self.peak_flops.items() if math.isfinite(v) and k != "int8"]
+        rows = [
+            {
+                "limit": f"compute {k}" + (f" ({self.sources[k]})" if self.sources.get(k) else ""),
+                "value": v / 1e9,
+                "unit": "GOP/s" if k == "int8" else "GFLOP/s",
+                "spread (IQR/median)": self.spread.get(k),
+            }
+            for k, v in self.peak_flops.items()
+        ]
+        rows.append(
+            {
+                "limit": BANDWIDTH_VARIANT,
+                "value": self.bandwidth / 1e9,
+                "unit": "GB/s",
+                "spread (IQR/median)": self.spread.get("bandwidth"),
+            }
+        )
+        rows += [
+            {"limit": f"host→device ({k})", "value": v / 1e9, "unit": "GB/s"} for k, v in self.h2d_bandwidth.items()
+        ]
+        rows.append(
+            {
+                "limit": "dispatch/launch latency",
+                "value": self.dispatch_latency * 1e6,
+                "unit": "µs/op",
+                "spread (IQR/median)": self.spread.get("dispatch"),
+            }
+        )
+        rows += [
+            {"limit": f"ridge point {k}", "value": self.ridge_point(k), "unit": "FLOP/byte"}
+            for k, v in self.peak_flops.items()
+            if math.isfinite(v) and k != "int8"
+        ]
         return pd.DataFrame(rows).set_index("limit").round(3)
 
     def records(self) -> list[dict[str, Any]]:
         """The roofline as result records (``experiment``, ``variant``, ``dtype``, ``metrics``), with the
         course's names: pass each to a :class:`helpers.results.Recorder` (``rf.record(rec)`` does)."""
-        out = [{"experiment": ROOF_EXPERIMENT, "variant": matmul_variant(k), "dtype": k,
-                "metrics": {"flops": v, "spread": self.spread.get(k)}}
-               for k, v in self.peak_flops.items() if math.isfinite(v)]
-        out.append({"experiment": ROOF_EXPERIMENT, "variant": BANDWIDTH_VARIANT,
-                    "metrics": {"bytes_per_s": self.bandwidth, "spread": self.spread.get("bandwidth")}})
-        out.append({"experiment": ROOF_EXPERIMENT, "variant": DISPATCH_VARIANT,
-                    "metrics": {"seconds": self.dispatch_latency, "spread": self.spread.get("dispatch")}})
-        out += [{"experiment": ROOF_EXPERIMENT, "variant": h2d_variant(k), "metrics": {"bytes_per_s": v}}
-                for k, v in self.h2d_bandwidth.items()]
+        out = [
+            {
+                "experiment": ROOF_EXPERIMENT,
+                "variant": matmul_variant(k),
+                "dtype": k,
+                "metrics": {"flops": v, "spread": self.spread.get(k)},
+            }
+            for k, v in self.peak_flops.items()
+            if math.isfinite(v)
+        ]
+        out.append(
+            {
+                "experiment": ROOF_EXPERIMENT,
+                "variant": BANDWIDTH_VARIANT,
+                "metrics": {"bytes_per_s": self.bandwidth, "spread": self.spread.get("bandwidth")},
+            }
+        )
+        out.append(
+            {
+                "experiment": ROOF_EXPERIMENT,
+                "variant": DISPATCH_VARIANT,
+                "metrics": {"seconds": self.dispatch_latency, "spread": self.spread.get("dispatch")},
+            }
+        )
+        out += [
+            {"experiment": ROOF_EXPERIMENT, "variant": h2d_variant(k), "metrics": {"bytes_per_s": v}}
+            for k, v in self.h2d_bandwidth.items()
+        ]
         return out
 
     def record(self, recorder: Callable[..., Any]) -> None:
@@ -468,10 +589,18 @@ def _spread(m: Measurement) -> float:
 
 def _measure(dev: torch.device, dtypes: list[str], parts: set[str]) -> Roofline:
     """Measure the compute roofs of ``dtypes`` and the ``parts`` among bandwidth, dispatch and h2d."""
-    rf = Roofline(device=str(dev), machine_id=machine_id(dev), peak_flops={}, bandwidth=math.nan,
-                  dispatch_latency=math.nan, cache_bytes=cache_bytes(dev), mode=course_mode(),
-                  torch=torch.__version__, threads=torch.get_num_threads(),
-                  measured_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+    rf = Roofline(
+        device=str(dev),
+        machine_id=machine_id(dev),
+        peak_flops={},
+        bandwidth=math.nan,
+        dispatch_latency=math.nan,
+        cache_bytes=cache_bytes(dev),
+        mode=course_mode(),
+        torch=torch.__version__,
+        threads=torch.get_num_threads(),
+        measured_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    )
     for name in dtypes:
         check_choice("dtype", name, sorted(_DTYPES), "pick dtype names such as 'fp32', 'bf16', 'int8'.")
         roof = matmul_roof(name, dev)
@@ -480,8 +609,10 @@ def _measure(dev: torch.device, dtypes: list[str], parts: set[str]) -> Roofline:
             rf.measurements.append(m)
             rf.spread[name], rf.sizes[name], rf.sources[name] = _spread(m), roof["size"], roof["source"]
             rf.noisy += [name] if m.noisy or m.budget_limited else []
-    for part, (value, m) in (("bandwidth", memory_bandwidth(dev) if "bandwidth" in parts else (None, None)),
-                             ("dispatch", dispatch_latency(dev) if "dispatch" in parts else (None, None))):
+    for part, (value, m) in (
+        ("bandwidth", memory_bandwidth(dev) if "bandwidth" in parts else (None, None)),
+        ("dispatch", dispatch_latency(dev) if "dispatch" in parts else (None, None)),
+    ):
         if m is None:
             continue
         rf.measurements.append(m)
@@ -548,9 +679,13 @@ def load_roofline(device: DeviceLike = None) -> Roofline | None:
 
 def _compatible(rf: Roofline, dev: torch.device, mode: str) -> bool:
     """Measured here with the same torch and threads, and with sizes at least as large as this mode's."""
-    return (rf.machine_id == machine_id(dev) and torch.device(rf.device).type == dev.type
-            and rf.torch == torch.__version__ and rf.threads == torch.get_num_threads()
-            and (rf.mode == "full" or mode == "quick"))
+    return (
+        rf.machine_id == machine_id(dev)
+        and torch.device(rf.device).type == dev.type
+        and rf.torch == torch.__version__
+        and rf.threads == torch.get_num_threads()
+        and (rf.mode == "full" or mode == "quick")
+    )
 
 
 def _merge(old: Roofline, new: Roofline) -> Roofline:
@@ -597,10 +732,15 @@ def get_roofline(device: DeviceLike = None, dtypes: list[str] | None = None, ref
         print("roofline: none stored for this machine and set-up yet: measuring it (notebook 00 shows how)")
         return measure_roofline(dev, dtypes=sorted(set(wanted) | set(stored.peak_flops if stored else [])))
     if not stored.is_noisy() or stored.remeasures >= MAX_REMEASURES:
-        note = (f" (noisy: {', '.join(stored.noisy)}; kept after {stored.remeasures} re-measurements)"
-                if stored.is_noisy() else "")
-        print(f"roofline: this machine's stored one, measured {stored.measured_at} in {stored.mode} mode{note}; "
-              "roofline.get_roofline(refresh=True) measures it again")
+        note = (
+            f" (noisy: {', '.join(stored.noisy)}; kept after {stored.remeasures} re-measurements)"
+            if stored.is_noisy()
+            else ""
+        )
+        print(
+            f"roofline: this machine's stored one, measured {stored.measured_at} in {stored.mode} mode{note}; "
+            "roofline.get_roofline(refresh=True) measures it again"
+        )
         return stored
     print(f"roofline: the stored one is noisy ({', '.join(stored.noisy)}): measuring those again")
     again = _measure(dev, [n for n in stored.noisy if n in _DTYPES], set(stored.noisy))

@@ -199,8 +199,10 @@ class Measurement:
         if self.relative_iqr > NOISE_THRESHOLD:
             reasons.append(f"IQR is {self.relative_iqr:.0%} of the median")
         if self.n >= MIN_SAMPLES and self.median > 0 and self.min < MIN_TO_MEDIAN * self.median:
-            reasons.append(f"the fastest sample took {self.min / self.median:.0%} of the median: most samples "
-                           "were delayed by something else")
+            reasons.append(
+                f"the fastest sample took {self.min / self.median:.0%} of the median: most samples "
+                "were delayed by something else"
+            )
         if self.busy:
             reasons.append(Load(**{k: v for k, v in self.load.items() if k != "busy"}).reason() or "busy")
         return reasons
@@ -261,8 +263,16 @@ class Measurement:
         data = asdict(self)
         data["samples"] = list(self.samples)
         data.update(
-            median=self.median, iqr=self.iqr, p25=self.p25, p75=self.p75, p95=self.p95,
-            mean=self.mean, min=self.min, n=self.n, noisy=self.noisy, throughput=self.throughput,
+            median=self.median,
+            iqr=self.iqr,
+            p25=self.p25,
+            p75=self.p75,
+            p95=self.p95,
+            mean=self.mean,
+            min=self.min,
+            n=self.n,
+            noisy=self.noisy,
+            throughput=self.throughput,
         )
         return data
 
@@ -274,10 +284,15 @@ def noise_note(measurements: Sequence[Measurement]) -> str | None:
     if not measurements or len(noisy) <= MOSTLY_NOISY * len(measurements):
         return None
     busy = next((m for m in noisy if m.busy), None)
-    why = (Load(**{k: v for k, v in busy.load.items() if k != "busy"}).reason() if busy is not None
-           else "their samples spread widely")
-    return f"⚠ {len(noisy)} of {len(measurements)} rows are noisy ({why}): {_ADVICE}; until then, read the " \
-           "comparisons as uncertain."
+    why = (
+        Load(**{k: v for k, v in busy.load.items() if k != "busy"}).reason()
+        if busy is not None
+        else "their samples spread widely"
+    )
+    return (
+        f"⚠ {len(noisy)} of {len(measurements)} rows are noisy ({why}): {_ADVICE}; until then, read the "
+        "comparisons as uncertain."
+    )
 
 
 def sweep_warning(xs: Sequence[Any], measurements: Sequence[Measurement], increasing: bool = True) -> str | None:
@@ -296,9 +311,11 @@ def sweep_warning(xs: Sequence[Any], measurements: Sequence[Measurement], increa
     if not drops:
         return None
     busy = any(m.busy for m in measurements)
-    return (f"⚠ the time fell where more work should take longer: {', '.join(drops)}; "
-            + ("the machine was busy during the sweep — " if busy else "likely another program took CPU time — ")
-            + f"{_ADVICE}.")
+    return (
+        f"⚠ the time fell where more work should take longer: {', '.join(drops)}; "
+        + ("the machine was busy during the sweep — " if busy else "likely another program took CPU time — ")
+        + f"{_ADVICE}."
+    )
 
 
 def _infer_device(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> torch.device:
@@ -315,8 +332,9 @@ def _autograd(inference_mode: bool) -> contextlib.AbstractContextManager[Any]:
     return torch.inference_mode() if inference_mode else contextlib.nullcontext()
 
 
-def timed_call(fn: Callable[..., Any], *args: Any, device: DeviceLike = None, inference_mode: bool = False,
-               **kwargs: Any) -> tuple[float, Any]:
+def timed_call(
+    fn: Callable[..., Any], *args: Any, device: DeviceLike = None, inference_mode: bool = False, **kwargs: Any
+) -> tuple[float, Any]:
     """Time one call of ``fn(*args)``, synchronised before and after, and return ``(seconds, result)``: for a
     first call (a compile, an export) that must be timed apart and whose result is then checked, which
     :func:`benchmark` would only time. It runs in the caller's autograd state, as :func:`benchmark` does
@@ -399,8 +417,13 @@ def benchmark(
         check_int("items", items, 1, hint="pass the batch size, or None.")
     check_number("min_sample_time", min_sample_time, positive=True, hint="pass seconds, e.g. 1e-3.")
     budget = default_budget() if budget == "default" else budget
-    check_number("budget", budget, positive=True, allow_none=True,
-                 hint="pass seconds for the whole measurement, or None for no limit.")
+    check_number(
+        "budget",
+        budget,
+        positive=True,
+        allow_none=True,
+        hint="pass seconds for the whole measurement, or None for no limit.",
+    )
     dev = choose_device(device) if device is not None else _infer_device(fn, args, kwargs)
     limit = math.inf if budget is None else float(budget)
 
@@ -417,9 +440,19 @@ def benchmark(
         if warmup:
             estimate, _ = timed_call(call, device=dev)
         if estimate >= limit:  # one call is longer than the budget: the first call plus this one sample
-            return Measurement(samples=(estimate,), label=label, number=1, first_call=first_call, device=str(dev),
-                               items=items, budget=budget, budget_limited=True, load=meter.stop().to_dict(),
-                               timer="perf_counter", meta={"note": "one call is longer than the budget"})
+            return Measurement(
+                samples=(estimate,),
+                label=label,
+                number=1,
+                first_call=first_call,
+                device=str(dev),
+                items=items,
+                budget=budget,
+                budget_limited=True,
+                load=meter.stop().to_dict(),
+                timer="perf_counter",
+                meta={"note": "one call is longer than the budget"},
+            )
         for _ in range(warmup - 1):
             if time.perf_counter() - begin + estimate > limit / 4:
                 break  # keep most of the budget for samples
@@ -437,14 +470,31 @@ def benchmark(
             meta["number_asked"], number = number, fits
         samples, timer = _take_samples(call, dev, number, repeats, limit, begin, estimate, flusher)
     return Measurement(
-        samples=tuple(samples), label=label, number=number, first_call=first_call, device=str(dev), timer=timer,
-        items=items, budget=budget, budget_limited=len(samples) < min(MIN_SAMPLES, repeats),
-        load=meter.stop().to_dict(), cache_flushed=flusher is not None, meta=meta,
+        samples=tuple(samples),
+        label=label,
+        number=number,
+        first_call=first_call,
+        device=str(dev),
+        timer=timer,
+        items=items,
+        budget=budget,
+        budget_limited=len(samples) < min(MIN_SAMPLES, repeats),
+        load=meter.stop().to_dict(),
+        cache_flushed=flusher is not None,
+        meta=meta,
     )
 
 
-def _take_samples(call: Callable[[], Any], dev: torch.device, number: int, repeats: int, limit: float,
-                  begin: float, estimate: float, flusher: _CacheFlusher | None) -> tuple[list[float], str]:
+def _take_samples(
+    call: Callable[[], Any],
+    dev: torch.device,
+    number: int,
+    repeats: int,
+    limit: float,
+    begin: float,
+    estimate: float,
+    flusher: _CacheFlusher | None,
+) -> tuple[list[float], str]:
     """Step 3 of :func:`benchmark`: up to ``repeats`` samples of ``number`` calls, until the next one would
     not fit in the budget (``limit`` seconds after ``begin``). Returns the samples and the timer used."""
     samples: list[float] = []
@@ -545,8 +595,11 @@ def interleaved(
                 estimate[name] = min(estimate[name], seconds)
         remaining = limit - (time.perf_counter() - begin)
         for name in labels:  # MIN_SAMPLES rounds must fit in the budget: each candidate's share of it
-            fits = (max(1, math.floor(remaining / (len(labels) * MIN_SAMPLES * max(estimate[name], 1e-9))))
-                    if math.isfinite(limit) else 1_000_000)
+            fits = (
+                max(1, math.floor(remaining / (len(labels) * MIN_SAMPLES * max(estimate[name], 1e-9))))
+                if math.isfinite(limit)
+                else 1_000_000
+            )
             number[name] = min(max(1, math.ceil(min_sample_time / max(estimate[name], 1e-9))), fits)
         per_round = sum(estimate[n] * number[n] for n in labels)
         samples: dict[str, list[float]] = {n: [] for n in labels}
@@ -555,7 +608,7 @@ def interleaved(
             for r in range(repeats):
                 if r and time.perf_counter() - begin + per_round > limit:
                     break
-                for name in labels[r % len(labels):] + labels[:r % len(labels)]:
+                for name in labels[r % len(labels) :] + labels[: r % len(labels)]:
                     fn, n = candidates[name], number[name]
                     sync(dev)
                     start = time.perf_counter()
@@ -568,11 +621,22 @@ def interleaved(
                 gc.enable()
     load = meter.stop().to_dict()
     group = f"interleaved-{time.time_ns()}"
-    return {name: Measurement(samples=tuple(samples[name]), label=name, number=number[name],
-                              first_call=first[name], device=str(dev), items=per_item[name], budget=budget,
-                              timer="perf_counter (interleaved)",
-                              budget_limited=len(samples[name]) < min(MIN_SAMPLES, repeats), load=load, group=group)
-            for name in labels}
+    return {
+        name: Measurement(
+            samples=tuple(samples[name]),
+            label=name,
+            number=number[name],
+            first_call=first[name],
+            device=str(dev),
+            items=per_item[name],
+            budget=budget,
+            timer="perf_counter (interleaved)",
+            budget_limited=len(samples[name]) < min(MIN_SAMPLES, repeats),
+            load=load,
+            group=group,
+        )
+        for name in labels
+    }
 
 
 @dataclass(frozen=True)
@@ -595,8 +659,14 @@ class Probe:
         return f"one call per size ({', '.join(parts)}); limit {format_seconds(self.limit)} per call"
 
 
-def fit_to_budget(make_call: Callable[[Any], Callable[[], Any]], sizes: Sequence[float], *, limit: float | None = None,
-                  exponent: float = 3.0, device: DeviceLike = None) -> Probe:
+def fit_to_budget(
+    make_call: Callable[[Any], Callable[[], Any]],
+    sizes: Sequence[float],
+    *,
+    limit: float | None = None,
+    exponent: float = 3.0,
+    device: DeviceLike = None,
+) -> Probe:
     """Probe a case that can be catastrophically slow on some hardware (fp16 on a CPU without fp16 units,
     int8 without VNNI) before timing it: time ONE call at the smallest size, predict the next size's call
     from it (``time × (next / size) ** exponent``: 3 for a square matmul, 1 for a copy), and go up only while

@@ -78,17 +78,23 @@ class Verdict:
     def sentence(self) -> str:
         """One sentence a notebook can print as it is."""
         if self.outcome == "too few samples":
-            return (f"too few samples to compare {self.candidate} with {self.baseline} ({self.n[0]} and "
-                    f"{self.n[1]}; at least {self.min_samples} each are needed): time them again with more repeats "
-                    "or a larger budget.")
+            return (
+                f"too few samples to compare {self.candidate} with {self.baseline} ({self.n[0]} and "
+                f"{self.n[1]}; at least {self.min_samples} each are needed): time them again with more repeats "
+                "or a larger budget."
+            )
         how = " (interleaved)" if self.paired else ""
         if self.outcome == "faster":
             return f"{self.candidate} is {self.ratio:.2f}× faster than {self.baseline}{how} ({self.interval} speed-up)."
         if self.outcome == "slower":
-            return (f"{self.candidate} is {1 / self.ratio:.2f}× slower than {self.baseline}{how} "
-                    f"({self.interval} speed-up).")
-        return (f"{self.candidate} and {self.baseline} are within noise of each other{how}: a {self.ratio:.2f}× "
-                f"speed-up with a {self.interval} that includes 1.")
+            return (
+                f"{self.candidate} is {1 / self.ratio:.2f}× slower than {self.baseline}{how} "
+                f"({self.interval} speed-up)."
+            )
+        return (
+            f"{self.candidate} and {self.baseline} are within noise of each other{how}: a {self.ratio:.2f}× "
+            f"speed-up with a {self.interval} that includes 1."
+        )
 
     def short(self) -> str:
         """A table cell: ``'1.83× faster'``, ``'1.25× slower'``, ``'within noise'``, ``'too few samples'``."""
@@ -139,9 +145,13 @@ def verdict(
     c, b = _samples(candidate, "candidate"), _samples(baseline, "baseline")
     c_label = candidate_label or (candidate.label if isinstance(candidate, Measurement) else "") or "candidate"
     b_label = baseline_label or (baseline.label if isinstance(baseline, Measurement) else "") or "baseline"
-    paired = (isinstance(candidate, Measurement) and isinstance(baseline, Measurement)
-              and candidate.group is not None and candidate.group == baseline.group
-              and candidate.n == baseline.n)
+    paired = (
+        isinstance(candidate, Measurement)
+        and isinstance(baseline, Measurement)
+        and candidate.group is not None
+        and candidate.group == baseline.group
+        and candidate.n == baseline.n
+    )
     if paired:  # keep the rounds where both sides have a positive sample, still pairwise
         rc, rb = np.asarray(candidate.samples), np.asarray(baseline.samples)
         both = (rc > 0) & (rb > 0)
@@ -150,8 +160,15 @@ def verdict(
         ratio = math.nan
     else:
         ratio = float(np.median(b / c) if paired else np.median(b) / np.median(c))
-    common = {"candidate": c_label, "baseline": b_label, "ratio": ratio, "confidence": confidence,
-              "paired": paired, "n": (len(c), len(b)), "min_samples": min_samples}
+    common = {
+        "candidate": c_label,
+        "baseline": b_label,
+        "ratio": ratio,
+        "confidence": confidence,
+        "paired": paired,
+        "n": (len(c), len(b)),
+        "min_samples": min_samples,
+    }
     if min(len(c), len(b)) < min_samples:
         return Verdict(outcome="too few samples", low=math.nan, high=math.nan, **common)
     rng = np.random.default_rng(seed)
@@ -159,8 +176,9 @@ def verdict(
         rounds = rng.integers(0, len(c), size=(resamples, len(c)))
         boot = np.median((b / c)[rounds], axis=1)
     else:
-        boot = (np.median(b[rng.integers(0, len(b), size=(resamples, len(b)))], axis=1)
-                / np.median(c[rng.integers(0, len(c), size=(resamples, len(c)))], axis=1))
+        boot = np.median(b[rng.integers(0, len(b), size=(resamples, len(b)))], axis=1) / np.median(
+            c[rng.integers(0, len(c), size=(resamples, len(c)))], axis=1
+        )
     tail = (1 - confidence) / 2
     low, high = (float(v) for v in np.quantile(boot, [tail, 1 - tail]))
     outcome: Outcome = "faster" if low > 1 else "slower" if high < 1 else "within noise"

@@ -43,8 +43,10 @@ GPU_PARTS = {
     "10_llm_decoding": "partly: CUDA graphs (reduce-overhead), the flash/efficient/cuDNN attention kernels",
 }
 HALF_DAY = ["00_environment", "01_bottlenecks", "02_precision_quantization", "04_compilation_fusion"]
-MARKS = {"TEACHING.md": ("<!-- agenda:start -->", "<!-- agenda:end -->"),
-         "README.md": ("<!-- runtimes:start -->", "<!-- runtimes:end -->")}
+MARKS = {
+    "TEACHING.md": ("<!-- agenda:start -->", "<!-- agenda:end -->"),
+    "README.md": ("<!-- runtimes:start -->", "<!-- runtimes:end -->"),
+}
 
 
 def runtimes(machine: str) -> dict[str, dict[str, float]]:
@@ -64,17 +66,21 @@ def minutes(seconds: float | None) -> str:
 
 def runtime_table() -> str:
     cpu, gpu, plain = runtimes(CPU), runtimes(GPU), runtimes(CPU_NO_AVX512)
-    lines = ["| # | notebook | quick, CPU (cold caches) | full, CPU | quick / full, AVX2-only CPU | full, H200 "
-             "| GPU needed for the full lesson? |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| # | notebook | quick, CPU (cold caches) | full, CPU | quick / full, AVX2-only CPU | full, H200 "
+        "| GPU needed for the full lesson? |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name in notebooks():
         quick = minutes(cpu.get(name, {}).get("quick_seconds"))
         full = minutes(cpu.get(name, {}).get("full_seconds"))
         slow = plain.get(name, {})
         weak = f"{minutes(slow.get('quick_seconds'))} / {minutes(slow.get('full_seconds'))}"
         on_gpu = minutes(gpu.get(name, {}).get("seconds"))
-        lines.append(f"| {name[:2]} | {name[3:].replace('_', ' ')} | {quick} | {full} | {weak} | {on_gpu} "
-                     f"| {GPU_PARTS.get(name, '–')} |")
+        lines.append(
+            f"| {name[:2]} | {name[3:].replace('_', ' ')} | {quick} | {full} | {weak} | {on_gpu} "
+            f"| {GPU_PARTS.get(name, '–')} |"
+        )
     return "\n".join(lines)
 
 
@@ -82,8 +88,9 @@ def slot(seconds: float, talk: int, exercises: int) -> int:
     return 5 * math.ceil((talk + exercises + seconds / 60) / 5)
 
 
-def agenda(names: list[str], mode: str, minutes_per: dict[str, int], breaks: dict[int, tuple[str, int]],
-           start_h: int = 9) -> str:
+def agenda(
+    names: list[str], mode: str, minutes_per: dict[str, int], breaks: dict[int, tuple[str, int]], start_h: int = 9
+) -> str:
     cpu, gpu = runtimes(CPU), runtimes(GPU)
     lines = ["| time | notebook | slot | of which running it |", "|---|---|---|---|"]
     clock = start_h * 60
@@ -95,8 +102,10 @@ def agenda(names: list[str], mode: str, minutes_per: dict[str, int], breaks: dic
         else:
             run, where = cpu.get(name, {}).get("quick_seconds", 60), "quick mode on the 2-core CPU"
         length = slot(run, **minutes_per)
-        lines.append(f"| {clock // 60:02d}:{clock % 60:02d} | {name[:2]} {name[3:].replace('_', ' ')} | {length} min "
-                     f"| {minutes(run)} ({where}) |")
+        lines.append(
+            f"| {clock // 60:02d}:{clock % 60:02d} | {name[:2]} {name[3:].replace('_', ' ')} | {length} min "
+            f"| {minutes(run)} ({where}) |"
+        )
         clock += length
         if i in breaks:
             label, pause = breaks[i]
@@ -109,17 +118,21 @@ def agenda(names: list[str], mode: str, minutes_per: dict[str, int], breaks: dic
 def agenda_block() -> str:
     half = agenda(HALF_DAY, "cpu", HALF_DAY_MINUTES, {1: ("break", 15)})
     full = agenda(notebooks(), "gpu", FULL_DAY_MINUTES, {1: ("break", 15), 4: ("lunch", 60), 7: ("break", 15)})
-    return (f"**Half day** (laptops, quick mode; {HALF_DAY_MINUTES['talk']} min of teaching and "
-            f"{HALF_DAY_MINUTES['exercises']} of exercises per notebook: the core of the course)\n\n{half}\n\n"
-            f"**Full day** (a GPU per participant, full mode; {FULL_DAY_MINUTES['talk']} min of teaching and "
-            f"{FULL_DAY_MINUTES['exercises']} of exercises per notebook)\n\n{full}")
+    return (
+        f"**Half day** (laptops, quick mode; {HALF_DAY_MINUTES['talk']} min of teaching and "
+        f"{HALF_DAY_MINUTES['exercises']} of exercises per notebook: the core of the course)\n\n{half}\n\n"
+        f"**Full day** (a GPU per participant, full mode; {FULL_DAY_MINUTES['talk']} min of teaching and "
+        f"{FULL_DAY_MINUTES['exercises']} of exercises per notebook)\n\n{full}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     from generated_blocks import main as sync
 
-    blocks = {REPO / "TEACHING.md": (*MARKS["TEACHING.md"], agenda_block()),
-              REPO / "README.md": (*MARKS["README.md"], runtime_table())}
+    blocks = {
+        REPO / "TEACHING.md": (*MARKS["TEACHING.md"], agenda_block()),
+        REPO / "README.md": (*MARKS["README.md"], runtime_table()),
+    }
     return sync(__doc__.split("\n")[0], blocks, "scripts/agenda.py", argv)
 
 

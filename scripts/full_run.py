@@ -101,8 +101,9 @@ def run_plain(path: Path, dst: Path, timeout: int) -> tuple[str, str | None]:
     import subprocess
 
     try:
-        proc = subprocess.run([sys.executable, "-c", PLAIN_RUNNER, str(path), str(dst)], capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-c", PLAIN_RUNNER, str(path), str(dst)], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return "failed", f"timed out after {timeout} s"
     if proc.returncode:
@@ -116,8 +117,9 @@ def run_kernel(path: Path, dst: Path, timeout: int) -> tuple[str, str | None]:
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     status, error = "ok", None
     try:
         client.execute()
@@ -135,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     if executor == "auto":
         executor = "kernel" if _kernel_available() else "plain"
     elif executor == "kernel" and not _kernel_available():
-        print("--executor kernel needs nbclient, nbformat and ipykernel; install them or use --executor plain",
-              file=sys.stderr)
+        print(
+            "--executor kernel needs nbclient, nbformat and ipykernel; install them or use --executor plain",
+            file=sys.stderr,
+        )
         return 2
 
     notebooks = sorted(args.notebooks.glob("[0-9][0-9]_*.ipynb"))
@@ -165,8 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     import helpers
     from helpers.paths import write_atomic
 
-    summary: dict = {"mode": args.mode, "executor": executor, "environment": helpers.environment_report(),
-                     "notebooks": {}}
+    summary: dict = {
+        "mode": args.mode,
+        "executor": executor,
+        "environment": helpers.environment_report(),
+        "notebooks": {},
+    }
     run = run_kernel if executor == "kernel" else run_plain
     # A time limit (`timeout`, a batch scheduler) sends SIGTERM: stop like Ctrl-C, so what ran is still collected.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -194,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         records, torn = merge_results(sorted((work / "results").glob("*.jsonl")), out / "results.jsonl")
         summary["interrupted"] = interrupted
         write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    print(f"{len(notebooks) - failed}/{len(notebooks)} notebooks ok; {records} records in {out / 'results.jsonl'}"
-          + (f" ({torn} torn or corrupt line(s) skipped)" if torn else ""))
+    print(
+        f"{len(notebooks) - failed}/{len(notebooks)} notebooks ok; {records} records in {out / 'results.jsonl'}"
+        + (f" ({torn} torn or corrupt line(s) skipped)" if torn else "")
+    )
     if interrupted:
         return 130
     return 1 if failed else 0

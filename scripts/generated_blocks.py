@@ -17,8 +17,7 @@ def replace(text: str, start: str, end: str, block: str) -> str:
     return f"{head}{start}\n{block}\n{end}{tail}"
 
 
-def main(description: str, blocks: dict[Path, tuple[str, str, str]], script: str,
-         argv: list[str] | None = None) -> int:
+def main(description: str, blocks: dict[Path, tuple[str, str, str]], script: str, argv: list[str] | None = None) -> int:
     """Print the blocks, or with --write put them into their files, or with --check fail if a file is stale."""
     parser = argparse.ArgumentParser(description=description)
     group = parser.add_mutually_exclusive_group()

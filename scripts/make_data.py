@@ -37,9 +37,7 @@ def make_digits() -> None:
     digits = load_digits()
     images = digits.images.astype(np.uint8)  # values 0..16
     labels = digits.target.astype(np.uint8)
-    train_idx, test_idx = train_test_split(
-        np.arange(len(labels)), test_size=0.2, stratify=labels, random_state=0
-    )
+    train_idx, test_idx = train_test_split(np.arange(len(labels)), test_size=0.2, stratify=labels, random_state=0)
     torch.save(
         {
             "images": torch.from_numpy(images),

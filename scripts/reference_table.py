@@ -43,6 +43,7 @@ def _metric(notebook: str, experiment: str, variant: str, key: str, scale: float
         r = _find(records, notebook, experiment, variant)
         value = (r or {}).get("metrics", {}).get(key)
         return value * scale if value is not None else None
+
     return get
 
 
@@ -55,30 +56,55 @@ def _ratio(notebook: str, experiment: str, slow: str, fast: str) -> Callable[[Re
     def get(records: Records) -> float | None:
         a, b = _median(records, notebook, experiment, slow), _median(records, notebook, experiment, fast)
         return a / b if a and b else None
+
     return get
 
 
 def _best_throughput(records: Records) -> float | None:
-    rows = [r for r in records if r["notebook"] == "03_batch_sizing" and r["experiment"] == "sweep"
-            and r["variant"] == "resnet18" and (r.get("measurement") or {}).get("median")]
+    rows = [
+        r
+        for r in records
+        if r["notebook"] == "03_batch_sizing"
+        and r["experiment"] == "sweep"
+        and r["variant"] == "resnet18"
+        and (r.get("measurement") or {}).get("median")
+    ]
     return max((r["batch"] / r["measurement"]["median"] for r in rows), default=None)
 
 
 COLUMNS: list[tuple[str, Callable[[Records], float | None], str]] = [
-    ("fp32 matmul (TFLOP/s)", _metric(ROOF_NOTEBOOK, ROOF_EXPERIMENT, matmul_variant("fp32"), "flops", 1e-12),
-     "{:.2f}"),
-    ("bf16 matmul (TFLOP/s)", _metric(ROOF_NOTEBOOK, ROOF_EXPERIMENT, matmul_variant("bf16"), "flops", 1e-12),
-     "{:.1f}"),
+    (
+        "fp32 matmul (TFLOP/s)",
+        _metric(ROOF_NOTEBOOK, ROOF_EXPERIMENT, matmul_variant("fp32"), "flops", 1e-12),
+        "{:.2f}",
+    ),
+    (
+        "bf16 matmul (TFLOP/s)",
+        _metric(ROOF_NOTEBOOK, ROOF_EXPERIMENT, matmul_variant("bf16"), "flops", 1e-12),
+        "{:.1f}",
+    ),
     ("memory (GB/s)", _metric(ROOF_NOTEBOOK, ROOF_EXPERIMENT, BANDWIDTH_VARIANT, "bytes_per_s", 1e-9), "{:.0f}"),
-    ("per-op launch/dispatch (µs)", _metric(ROOF_NOTEBOOK, ROOF_EXPERIMENT, DISPATCH_VARIANT, "seconds", 1e6),
-     "{:.1f}"),
-    ("resnet18, 1 image (ms)", lambda r: (lambda m: m * 1e3 if m else None)(
-        _median(r, "00_environment", "timing", "resnet18 steady state")), "{:.2f}"),
+    (
+        "per-op launch/dispatch (µs)",
+        _metric(ROOF_NOTEBOOK, ROOF_EXPERIMENT, DISPATCH_VARIANT, "seconds", 1e6),
+        "{:.1f}",
+    ),
+    (
+        "resnet18, 1 image (ms)",
+        lambda r: (lambda m: m * 1e3 if m else None)(_median(r, "00_environment", "timing", "resnet18 steady state")),
+        "{:.2f}",
+    ),
     ("resnet18 best throughput (img/s)", _best_throughput, "{:,.0f}"),
-    ("fused pointwise chain vs eager", _ratio("04_compilation_fusion", "fusion", "pointwise, eager",
-                                              "pointwise, compiled"), "{:.1f}×"),
-    ("CUDA graph vs eager, MLP batch 1", _ratio("04_compilation_fusion", "cuda graphs", "eager", "cuda graph"),
-     "{:.1f}×"),
+    (
+        "fused pointwise chain vs eager",
+        _ratio("04_compilation_fusion", "fusion", "pointwise, eager", "pointwise, compiled"),
+        "{:.1f}×",
+    ),
+    (
+        "CUDA graph vs eager, MLP batch 1",
+        _ratio("04_compilation_fusion", "cuda graphs", "eager", "cuda graph"),
+        "{:.1f}×",
+    ),
 ]
 
 

@@ -39,16 +39,25 @@ def check_names(notebook: Path, names: list[str]) -> None:
 
     defined = papermill.inspect_notebook(str(notebook))
     if not defined:
-        raise SystemExit(f"{notebook.name} has no cell tagged `parameters` (or it assigns nothing): nothing to "
-                         "override.")
+        raise SystemExit(
+            f"{notebook.name} has no cell tagged `parameters` (or it assigns nothing): nothing to override."
+        )
     unknown = sorted(set(names) - set(defined))
     if unknown:
-        raise SystemExit(f"{', '.join(unknown)}: not a parameter of {notebook.name}; its parameters cell sets "
-                         f"{', '.join(sorted(defined))}.")
+        raise SystemExit(
+            f"{', '.join(unknown)}: not a parameter of {notebook.name}; its parameters cell sets "
+            f"{', '.join(sorted(defined))}."
+        )
 
 
-def run(notebook: Path, out: Path, parameters: dict[str, object], html: bool = False, timeout: int = 1800,
-        solutions: bool = False) -> Path:
+def run(
+    notebook: Path,
+    out: Path,
+    parameters: dict[str, object],
+    html: bool = False,
+    timeout: int = 1800,
+    solutions: bool = False,
+) -> Path:
     """Execute ``notebook`` with ``parameters`` through papermill; write it (or its HTML handout) to ``out``."""
     import nbformat
     import papermill
@@ -60,8 +69,14 @@ def run(notebook: Path, out: Path, parameters: dict[str, object], html: bool = F
     ensure_dir(out.parent)
     with tempfile.TemporaryDirectory() as tmp:
         executed = Path(tmp) / notebook.name
-        papermill.execute_notebook(str(notebook), str(executed), parameters=parameters, cwd=str(notebook.parent),
-                                   progress_bar=False, execution_timeout=timeout)
+        papermill.execute_notebook(
+            str(notebook),
+            str(executed),
+            parameters=parameters,
+            cwd=str(notebook.parent),
+            progress_bar=False,
+            execution_timeout=timeout,
+        )
         nb = nbformat.read(executed, as_version=4)
     if html:
         from nbconvert import HTMLExporter
@@ -95,8 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     suffix = ".html" if args.html else ".ipynb"
     out = args.out or outputs_dir() / ("html" if args.html else "runs") / (args.notebook.stem + suffix)
     parameters = {name: parse_value(value) for name, value in args.parameter}
-    run(args.notebook.resolve(), out, parameters, html=args.html, timeout=args.timeout,
-        solutions=args.with_solutions)
+    run(args.notebook.resolve(), out, parameters, html=args.html, timeout=args.timeout, solutions=args.with_solutions)
     print(f"{args.notebook.name} → {out}" + (f" with {parameters}" if parameters else ""))
     return 0
 

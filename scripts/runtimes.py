@@ -47,8 +47,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--write", action="store_true", help="store the figures in data/reference/<machine>.env.json")
     parser.add_argument("--out", type=Path, default=None, help="keep the executed notebooks here (default: a temp dir)")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
-    parser.add_argument("--executor", choices=("auto", "kernel", "plain"), default="kernel",
-                        help="kernel (a Jupyter kernel, as a learner runs it); plain where Jupyter is missing")
+    parser.add_argument(
+        "--executor",
+        choices=("auto", "kernel", "plain"),
+        default="kernel",
+        help="kernel (a Jupyter kernel, as a learner runs it); plain where Jupyter is missing",
+    )
     return parser.parse_args(argv)
 
 
@@ -58,10 +62,17 @@ def write_runtimes(summary: dict, mode: str, reference: Path = REPO / "data" / "
 
     env = summary["environment"]
     path = reference / f"{env['machine_id']}.env.json"
-    data = json.loads(path.read_text()) if path.exists() else {
-        "machine_id": env["machine_id"], "date": dt.date.today().isoformat(),
-        "how": "scripts/runtimes.py (each notebook in a fresh Jupyter kernel, empty compile caches)",
-        "environment": env, "notebooks": {}}
+    data = (
+        json.loads(path.read_text())
+        if path.exists()
+        else {
+            "machine_id": env["machine_id"],
+            "date": dt.date.today().isoformat(),
+            "how": "scripts/runtimes.py (each notebook in a fresh Jupyter kernel, empty compile caches)",
+            "environment": env,
+            "notebooks": {},
+        }
+    )
     data["environment"] = env  # the environment of the run whose seconds are written
     data.setdefault("runtimes", {})[mode] = {"date": dt.date.today().isoformat(), "script": "scripts/runtimes.py"}
     for name, result in summary["notebooks"].items():
@@ -81,15 +92,21 @@ def report(summary: dict, mode: str) -> str:
     core = [n for n in summary["notebooks"] if n[:2].isdigit() and int(n[:2]) <= 10]
     if mode == "quick" and len(core) == QUICK_TOTAL_NOTEBOOKS:
         core_total = sum(summary["notebooks"][n]["seconds"] or 0.0 for n in core)
-        rows.append(f"{'total of 00–10':<30} {'':<7} {core_total:>8.1f} {QUICK_TOTAL_TARGET:>7}  "
-                    f"{'yes' if core_total <= QUICK_TOTAL_TARGET else 'NO'}")
+        rows.append(
+            f"{'total of 00–10':<30} {'':<7} {core_total:>8.1f} {QUICK_TOTAL_TARGET:>7}  "
+            f"{'yes' if core_total <= QUICK_TOTAL_TARGET else 'NO'}"
+        )
     elif mode == "full" and summary["environment"].get("gpu"):
-        rows.append(f"{'total (one GPU run)':<30} {'':<7} {total:>8.1f} {GPU_FULL_TOTAL_TARGET:>7}  "
-                    f"{'yes' if total <= GPU_FULL_TOTAL_TARGET else 'NO'}")
+        rows.append(
+            f"{'total (one GPU run)':<30} {'':<7} {total:>8.1f} {GPU_FULL_TOTAL_TARGET:>7}  "
+            f"{'yes' if total <= GPU_FULL_TOTAL_TARGET else 'NO'}"
+        )
     rows.append(f"{'total':<30} {'':<7} {total:>8.1f}")
     env = summary["environment"]
-    rows.append(f"machine: {env['machine_id']} ({env['cpu']}, {env['usable_cpus']} CPUs, torch {env['torch']}); "
-                f"CPU features: {env.get('cpu_features')}")
+    rows.append(
+        f"machine: {env['machine_id']} ({env['cpu']}, {env['usable_cpus']} CPUs, torch {env['torch']}); "
+        f"CPU features: {env.get('cpu_features')}"
+    )
     return "\n".join(rows)
 
 
@@ -99,8 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="course-runtimes-") as tmp:
         out = args.out or Path(tmp) / "run"
-        run_args = [str(out), "--mode", args.mode, "--executor", args.executor, "--timeout", str(args.timeout),
-                    "--work", str(Path(tmp) / "work")]
+        run_args = [
+            str(out),
+            "--mode",
+            args.mode,
+            "--executor",
+            args.executor,
+            "--timeout",
+            str(args.timeout),
+            "--work",
+            str(Path(tmp) / "work"),
+        ]
         if args.only:
             run_args += ["--only", *args.only]
         status = full_run.main(run_args)

@@ -29,9 +29,15 @@ def test_choose_batch_meets_the_target():
     assert batching.choose_batch(BATCHES, p99, target=0.005, throughputs=noisy_thr) == 4
 
 
-@pytest.mark.parametrize(("args", "kwargs"), [
-    (([], []), {}), (([1, 2], [1.0]), {}), (([2, 1], [1.0, 2.0]), {}), (([1, 2], [1.0, 2.0]), {"within": 1.5}),
-])
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        (([], []), {}),
+        (([1, 2], [1.0]), {}),
+        (([2, 1], [1.0, 2.0]), {}),
+        (([1, 2], [1.0, 2.0]), {"within": 1.5}),
+    ],
+)
 def test_knee_bad_input(args, kwargs):
     with pytest.raises(ValueError) as info:
         batching.find_knee(*args, **kwargs)
@@ -123,8 +129,9 @@ def test_server_simulation_light_and_heavy_load():
 
 def test_sweep_measures_every_batch():
     model = torch.nn.Linear(16, 4)
-    table, ms = batching.sweep(model, lambda b: torch.randn(b, 16), [1, 2, 4], device="cpu", repeats=3,
-                               number=1, measure_memory=True)
+    table, ms = batching.sweep(
+        model, lambda b: torch.randn(b, 16), [1, 2, 4], device="cpu", repeats=3, number=1, measure_memory=True
+    )
     assert list(table.index) == [1, 2, 4] and len(ms) == 3
     assert (table["samples"] == 3).all() and all(m.number == 1 for m in ms)
     assert table.loc[4, "peak_bytes"] == 4 * 4 * 4  # the output of one call: 4 × 4 fp32

@@ -29,8 +29,9 @@ def test_check_int():
         refused(ValueError, lambda bad=bad: check_int("batch", bad), "batch=", "integer")
     assert "≥ 1" in refused(ValueError, lambda: check_int("batch", 0), "batch=0")
     assert "between 1 and 8" in refused(ValueError, lambda: check_int("depth", 9, maximum=8), "depth=9")
-    assert refused(ValueError, lambda: check_int("depth", 0, hint="pass how many items to load ahead, e.g. 2"),
-                   "depth").endswith("; pass how many items to load ahead, e.g. 2")
+    assert refused(
+        ValueError, lambda: check_int("depth", 0, hint="pass how many items to load ahead, e.g. 2"), "depth"
+    ).endswith("; pass how many items to load ahead, e.g. 2")
 
 
 def test_check_number():
@@ -42,8 +43,9 @@ def test_check_number():
         refused(ValueError, lambda bad=bad: check_number("target", bad, positive=True), "target=", "positive number")
     refused(ValueError, lambda: check_number("target", 0, positive=True), "target=0", "positive")
     refused(ValueError, lambda: check_number("timeout", -1, minimum=0), "timeout=-1", "≥ 0")
-    assert "or None" in refused(ValueError, lambda: check_number("budget", -1, positive=True, allow_none=True),
-                                "budget")
+    assert "or None" in refused(
+        ValueError, lambda: check_number("budget", -1, positive=True, allow_none=True), "budget"
+    )
 
 
 def test_check_callable():

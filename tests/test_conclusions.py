@@ -30,16 +30,26 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-
 #: Notebooks whose cells still decide comparisons themselves (issue: measurement core v2). Each notebook issue
 #: converts its notebooks to helpers.verdict and deletes their names here.
 PENDING = {
-    "00_environment", "01_bottlenecks", "02_precision_quantization", "03_batch_sizing",
-    "04_compilation_fusion", "05_onnx_runtime", "06_async_pipelines",
-    "09_capstone", "10_llm_decoding",
+    "00_environment",
+    "01_bottlenecks",
+    "02_precision_quantization",
+    "03_batch_sizing",
+    "04_compilation_fusion",
+    "05_onnx_runtime",
+    "06_async_pipelines",
+    "09_capstone",
+    "10_llm_decoding",
 }
 
 WORDS = re.compile(r"\b(faster|slower|regressions?|pays? back)\b", re.IGNORECASE)
-RATIO_NAME = re.compile(r"(ratio|speed_?up|slow_?down|fraction|share|gain|relative|_vs_|pays?_back|pct|percent)",
-                        re.IGNORECASE)
-TIMING_NAME = re.compile(r"(median|^min$|^mean$|^p\d\d$|throughput|seconds|time|latency|_s$|flops|bandwidth|"
-                         r"bytes_per_s|peak_flops|achieved|roof)", re.IGNORECASE)
+RATIO_NAME = re.compile(
+    r"(ratio|speed_?up|slow_?down|fraction|share|gain|relative|_vs_|pays?_back|pct|percent)", re.IGNORECASE
+)
+TIMING_NAME = re.compile(
+    r"(median|^min$|^mean$|^p\d\d$|throughput|seconds|time|latency|_s$|flops|bandwidth|"
+    r"bytes_per_s|peak_flops|achieved|roof)",
+    re.IGNORECASE,
+)
 TARGET_NAME = re.compile(r"(target|budget|limit|slo|deadline|timeout)", re.IGNORECASE)
 
 
@@ -101,8 +111,9 @@ def findings(source: str) -> list[str]:
         return []  # IPython magics: nbmake runs them; nothing to judge
     found = []
     for node in ast.walk(tree):
-        ordered = isinstance(node, ast.Compare) and any(isinstance(op, ast.Lt | ast.Gt | ast.LtE | ast.GtE)
-                                                        for op in node.ops)
+        ordered = isinstance(node, ast.Compare) and any(
+            isinstance(op, ast.Lt | ast.Gt | ast.LtE | ast.GtE) for op in node.ops
+        )
         if ordered:
             sides = [node.left, *node.comparators]
             if (any(_number(s) for s in sides) and any(_ratio_like(s) for s in sides)) or _scaled(sides):
@@ -117,52 +128,61 @@ def findings(source: str) -> list[str]:
 
 def notebook_findings(path: Path) -> list[str]:
     nb = nbformat.read(path, as_version=4)
-    return [f"cell {i} {f}" for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
-            for f in findings(cell.source)]
+    return [
+        f"cell {i} {f}" for i, cell in enumerate(nb.cells) if cell.cell_type == "code" for f in findings(cell.source)
+    ]
 
 
 # -- the rule on synthetic code: it must catch these, and leave these alone ---------------------------------
 
-@pytest.mark.parametrize("code", [
-    "if speedup > 1.05:\n    print('ok')",
-    "x = 'good' if base.median / m.median < 1 else 'bad'",
-    "flag = row['ratio'] >= 0.97",
-    "print(f'compiled is {r:.2f}x faster')",
-    "print(f\"{'faster' if r > 1 else 'slower'} than eager\")",
-    "word = 'a regression' if new.median > old.median else 'an improvement'",
-    "print(f'it pays back after {n} calls')",
-    "ok = m_fast.median / m_slow.median < 0.9",
-    "share = fraction_of_bound > 1.0",
-    "if eager.median < compiled.median:\n    pass",
-    "ok = achieved / peak > 0.5",
-    "print('{} faster'.format(x))",
-    "print('compiled: ' + str(r) + 'x faster')",
-    "print({True: 'faster', False: 'slower'}[r > 1])",
-    "print('fp16 is slower than fp32 on this CPU')",
-    "best = finite[finite <= 1.01 * finite.min()]",
-    "knee = df.throughput >= 0.95 * df.throughput.max()",
-])
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "if speedup > 1.05:\n    print('ok')",
+        "x = 'good' if base.median / m.median < 1 else 'bad'",
+        "flag = row['ratio'] >= 0.97",
+        "print(f'compiled is {r:.2f}x faster')",
+        "print(f\"{'faster' if r > 1 else 'slower'} than eager\")",
+        "word = 'a regression' if new.median > old.median else 'an improvement'",
+        "print(f'it pays back after {n} calls')",
+        "ok = m_fast.median / m_slow.median < 0.9",
+        "share = fraction_of_bound > 1.0",
+        "if eager.median < compiled.median:\n    pass",
+        "ok = achieved / peak > 0.5",
+        "print('{} faster'.format(x))",
+        "print('compiled: ' + str(r) + 'x faster')",
+        "print({True: 'faster', False: 'slower'}[r > 1])",
+        "print('fp16 is slower than fp32 on this CPU')",
+        "best = finite[finite <= 1.01 * finite.min()]",
+        "knee = df.throughput >= 0.95 * df.throughput.max()",
+    ],
+)
 def test_rule_catches(code):
     assert findings(code), f"the rule must refuse: {code}"
 
 
-@pytest.mark.parametrize("code", [
-    "print(verdict(m_fast, m_slow).sentence())",
-    "print(f'{v.short()} ({v.interval})')",
-    "if len(samples) < 5:\n    pass",
-    "n = max(1, total // 4)",
-    "print('fp16 needs hardware units; see the table')",
-    "x = a / b if a > 0 else 0",
-    "assert peak_bytes_used < 2 * weights_bytes",
-    "ok = [b for b, p99 in rows if p99 <= target]",
-    "fits = m.median < time_limit",
-    "%timeit f(x)",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "print(verdict(m_fast, m_slow).sentence())",
+        "print(f'{v.short()} ({v.interval})')",
+        "if len(samples) < 5:\n    pass",
+        "n = max(1, total // 4)",
+        "print('fp16 needs hardware units; see the table')",
+        "x = a / b if a > 0 else 0",
+        "assert peak_bytes_used < 2 * weights_bytes",
+        "ok = [b for b, p99 in rows if p99 <= target]",
+        "fits = m.median < time_limit",
+        "%timeit f(x)",
+    ],
+)
 def test_rule_leaves_alone(code):
     assert not findings(code), f"the rule must accept: {code} (found {findings(code)})"
 
 
 # -- the notebooks ------------------------------------------------------------------------------------------
+
 
 def test_pending_names_are_notebooks():
     assert PENDING <= {p.stem for p in NOTEBOOKS}, "PENDING names a notebook that does not exist"
@@ -172,8 +192,12 @@ def test_pending_names_are_notebooks():
 def test_conclusions_come_from_the_verdict_helper(path):
     found = notebook_findings(path)
     if path.stem in PENDING:
-        assert found, (f"{path.stem} has no finding left: remove it from PENDING in tests/test_conclusions.py so "
-                       "the rule keeps it that way")
+        assert found, (
+            f"{path.stem} has no finding left: remove it from PENDING in tests/test_conclusions.py so "
+            "the rule keeps it that way"
+        )
     else:
-        assert not found, (f"{path.stem} decides comparisons itself; use helpers.verdict.verdict (faster / slower / "
-                           "within noise / too few samples) instead:\n" + "\n".join(found))
+        assert not found, (
+            f"{path.stem} decides comparisons itself; use helpers.verdict.verdict (faster / slower / "
+            "within noise / too few samples) instead:\n" + "\n".join(found)
+        )

@@ -96,6 +96,7 @@ def test_train_classifier_learns_the_digits():
 
 # -- shipped data is verified when loaded -------------------------------------------------------------------
 
+
 def _fake_data(tmp_path, monkeypatch, flip: bool = False, truncate: bool = False, remove: bool = False):
     import shutil
 

@@ -22,22 +22,41 @@ def _notebook(path: Path, source: str) -> None:
 def test_full_run_executes_collects_and_reports_failures(tmp_path, executor):
     books = tmp_path / "books"
     books.mkdir()
-    _notebook(books / "00_ok.ipynb", "\n".join([
-        "import os, helpers",
-        "assert os.environ['COURSE_MODE'] == 'quick' and helpers.course_mode() == 'quick'",
-        "m = helpers.benchmark(sum, [1, 2, 3], repeats=3)",
-        "helpers.record(m, notebook='00_ok', experiment='e', variant='v')",
-        "print('ran', m.median > 0)",
-        # a function's source must be readable, as in Jupyter (torch.jit.script needs it)
-        "def f(x):\n    return x + 1\nimport inspect\nprint('source', inspect.getsource(f).splitlines()[0])",
-        "m.n",  # the value of a cell's last expression is kept
-    ]))
+    _notebook(
+        books / "00_ok.ipynb",
+        "\n".join(
+            [
+                "import os, helpers",
+                "assert os.environ['COURSE_MODE'] == 'quick' and helpers.course_mode() == 'quick'",
+                "m = helpers.benchmark(sum, [1, 2, 3], repeats=3)",
+                "helpers.record(m, notebook='00_ok', experiment='e', variant='v')",
+                "print('ran', m.median > 0)",
+                # a function's source must be readable, as in Jupyter (torch.jit.script needs it)
+                "def f(x):\n    return x + 1\nimport inspect\nprint('source', inspect.getsource(f).splitlines()[0])",
+                "m.n",  # the value of a cell's last expression is kept
+            ]
+        ),
+    )
     _notebook(books / "01_broken.ipynb", "raise RuntimeError('on purpose')")
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "full_run.py"), str(out), "--mode", "quick",
-         "--notebooks", str(books), "--timeout", "120", "--executor", executor],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
+        [
+            sys.executable,
+            str(REPO / "scripts" / "full_run.py"),
+            str(out),
+            "--mode",
+            "quick",
+            "--notebooks",
+            str(books),
+            "--timeout",
+            "120",
+            "--executor",
+            executor,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # one notebook failed, and the run says so
     summary = json.loads((out / "summary.json").read_text())
@@ -58,8 +77,20 @@ RECORD = "import helpers\nhelpers.record(metrics={'x': 1.0}, notebook='{name}', 
 
 
 def _run(out, books, *extra, executor="plain"):
-    return [sys.executable, str(REPO / "scripts" / "full_run.py"), str(out), "--mode", "quick",
-            "--notebooks", str(books), "--timeout", "120", "--executor", executor, *extra]
+    return [
+        sys.executable,
+        str(REPO / "scripts" / "full_run.py"),
+        str(out),
+        "--mode",
+        "quick",
+        "--notebooks",
+        str(books),
+        "--timeout",
+        "120",
+        "--executor",
+        executor,
+        *extra,
+    ]
 
 
 def test_merging_skips_a_torn_line_instead_of_gluing_it_to_the_next_file(tmp_path):
@@ -80,8 +111,9 @@ def test_an_earlier_runs_results_are_kept_not_deleted(tmp_path):
     _notebook(books / "00_ok.ipynb", RECORD.replace("{name}", "00_ok"))
     (work / "results").mkdir(parents=True)
     (work / "results" / "cpu-old.jsonl").write_text('{"notebook": "from an interrupted run"}\n')
-    proc = subprocess.run(_run(tmp_path / "out", books, "--work", str(work)), capture_output=True, text=True,
-                          timeout=300, cwd=REPO)
+    proc = subprocess.run(
+        _run(tmp_path / "out", books, "--work", str(work)), capture_output=True, text=True, timeout=300, cwd=REPO
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     kept = list(work.glob("results-before-*/cpu-old.jsonl"))
     assert len(kept) == 1 and "interrupted run" in kept[0].read_text()
@@ -114,7 +146,10 @@ def test_an_interrupted_run_still_writes_its_summary_and_results(tmp_path):
     assert proc.returncode == 130, output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] is True
-    assert [summary["notebooks"][n]["status"] for n in ("00_ok", "01_long", "02_never")] == \
-        ["ok", "interrupted", "not run"]
+    assert [summary["notebooks"][n]["status"] for n in ("00_ok", "01_long", "02_never")] == [
+        "ok",
+        "interrupted",
+        "not run",
+    ]
     records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert [r["notebook"] for r in records] == ["00_ok"]

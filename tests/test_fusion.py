@@ -129,8 +129,10 @@ def test_profiler_markers_dropped_other_stderr_kept(capfd):
 
 
 def test_short_kernel_names():
-    long = ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar"
-            "(at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul> >(int, std::array<char*, 2ul>)")
+    long = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar"
+        "(at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul> >(int, std::array<char*, 2ul>)"
+    )
     assert fusion.short_kernel_name(long) == "at::native::vectorized_elementwise_kernel"
     assert fusion.short_kernel_name("sgemm_largek_lds64<true, false, 5>(float*, int)") == "sgemm_largek_lds64"
     assert fusion.short_kernel_name("triton_poi_fused_add_mul_relu_0") == "triton_poi_fused_add_mul_relu_0"

@@ -30,14 +30,24 @@ def test_evaluate_fp32_and_bf16_on_the_digits():
     model = digits_classifier("cpu")
     x, y = load_digits("test")
     ref = harness.predict(model, x)
-    row, m = harness.evaluate("fp32", model, model=model, bench_input=x[:64], test_images=x, test_labels=y,
-                              reference_logits=ref, repeats=3)
+    row, m = harness.evaluate(
+        "fp32", model, model=model, bench_input=x[:64], test_images=x, test_labels=y, reference_logits=ref, repeats=3
+    )
     assert row["accuracy"] >= 0.95 and row["top1_agreement"] == 1.0 and row["max_abs_diff"] == 0.0
     assert row["accuracy"] == models.accuracy(model, x, y)  # the one definition of accuracy
     assert row["size_bytes"] > 100_000 and m.items == 64 and row["items_per_s"] > 0
     bf16 = copy.deepcopy(model).bfloat16()
-    row, _ = harness.evaluate("bf16", bf16, model=bf16, bench_input=x[:64], test_images=x, test_labels=y,
-                              reference_logits=ref, prepare=lambda t: t.bfloat16(), repeats=3)
+    row, _ = harness.evaluate(
+        "bf16",
+        bf16,
+        model=bf16,
+        bench_input=x[:64],
+        test_images=x,
+        test_labels=y,
+        reference_logits=ref,
+        prepare=lambda t: t.bfloat16(),
+        repeats=3,
+    )
     assert row["accuracy"] >= 0.93 and row["top1_agreement"] >= 0.95 and 0 < row["max_abs_diff"] < 1.0
     assert row["peak_mem_bytes"] > 0
 

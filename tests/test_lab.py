@@ -27,8 +27,14 @@ def test_make_lab_serves_the_notebooks(tmp_path):
     port, token = _free_port(), "course-test-token"
     args = f"--no-browser --ip=127.0.0.1 --IdentityProvider.token={token} --ServerApp.runtime_dir={tmp_path}"
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_DATA_DIR": str(tmp_path / "data")}
-    proc = subprocess.Popen(["make", "--no-print-directory", "lab", f"PORT={port}", f"LAB_ARGS={args}"], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ["make", "--no-print-directory", "lab", f"PORT={port}", f"LAB_ARGS={args}"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline, status = time.time() + 90, None

@@ -130,7 +130,7 @@ def test_static_cache_bytes_match_the_formula(model):
 
 def test_weight_bytes_and_flops():
     m = llm.GPT(CFG)
-    linear = CFG.n_layer * 12 * CFG.dim ** 2 + CFG.dim * CFG.vocab_size
+    linear = CFG.n_layer * 12 * CFG.dim**2 + CFG.dim * CFG.vocab_size
     assert llm.linear_weight_bytes(m) == 4 * linear
     norms = (2 * CFG.n_layer + 1) * 2 * CFG.dim
     assert llm.decode_weight_bytes(m) == 4 * (linear + norms)
@@ -154,16 +154,19 @@ def test_int8_weight_bytes_count_data_and_scales():
     torchao = pytest.importorskip("torchao.quantization")
     m = llm.GPT(CFG).to(torch.bfloat16)
     torchao.quantize_(m, torchao.Int8WeightOnlyConfig(set_inductor_config=False))
-    linear = CFG.n_layer * 12 * CFG.dim ** 2 + CFG.dim * CFG.vocab_size
+    linear = CFG.n_layer * 12 * CFG.dim**2 + CFG.dim * CFG.vocab_size
     rows = CFG.n_layer * (3 * CFG.dim + CFG.dim + 4 * CFG.dim + CFG.dim) + CFG.vocab_size
     assert linear < llm.linear_weight_bytes(m) <= linear + 8 * rows  # a byte per weight, a scale (and zero) per row
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"dim": 30, "n_head": 4}, "not a multiple"),
-    ({"n_layer": 0}, "positive integer"),
-    ({"vocab_size": 2.5}, "positive integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"dim": 30, "n_head": 4}, "not a multiple"),
+        ({"n_layer": 0}, "positive integer"),
+        ({"vocab_size": 2.5}, "positive integer"),
+    ],
+)
 def test_bad_config(kwargs, match):
     with pytest.raises(ValueError, match=match):
         llm.GPTConfig(**kwargs)

@@ -41,9 +41,11 @@ def test_benchmark_records_the_load_of_its_samples():
 SPIN = "import time\nend = time.time() + 20\nwhile time.time() < end:\n    pass\n"
 # Started through a parent that exits at once: the spinner is not this process's child (a child's work, like a
 # DataLoader worker's, counts as this process's own), as another program on the machine would not be.
-LAUNCH = ("import subprocess, sys\n"
-          "p = subprocess.Popen([sys.executable, '-c', sys.argv[1]], start_new_session=True,\n"
-          "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\nprint(p.pid)\n")
+LAUNCH = (
+    "import subprocess, sys\n"
+    "p = subprocess.Popen([sys.executable, '-c', sys.argv[1]], start_new_session=True,\n"
+    "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\nprint(p.pid)\n"
+)
 
 
 def _spinner() -> int:

@@ -111,8 +111,9 @@ def test_oom_backoff_frees_after_each_failure_and_halves_the_failed_chunk(monkey
     from helpers import oom
 
     freed, failed_tensors = [], []
-    monkeypatch.setattr(oom, "free_memory", lambda device=None: freed.append(
-        all(ref() is None for ref in failed_tensors)))  # the failed attempt's tensors are gone by then
+    monkeypatch.setattr(
+        oom, "free_memory", lambda device=None: freed.append(all(ref() is None for ref in failed_tensors))
+    )  # the failed attempt's tensors are gone by then
 
     def limited(chunk):
         scratch = torch.empty(1000)

@@ -38,8 +38,9 @@ def test_kineto_is_quiet_only_without_a_gpu():
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ("None" if torch.cuda.is_available() else "5")
     # a value the user chose is never overridden
-    out = subprocess.run([sys.executable, "-c", probe], env={**env, "KINETO_LOG_LEVEL": "1"},
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env={**env, "KINETO_LOG_LEVEL": "1"}, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "1"
 
 
@@ -48,10 +49,10 @@ def test_torchao_import_and_compile_cache_notes_are_filtered(caplog):
     with caplog.at_level(logging.WARNING):
         logging.getLogger("torch.utils._pytree").warning(
             "<enum 'KernelPreference'> is an Enum subclass and is now natively supported by torch.compile as an "
-            "opaque value type.")
+            "opaque value type."
+        )
         logging.getLogger("torch.utils._pytree").warning("another pytree warning")
     assert [r.getMessage() for r in caplog.records] == ["another pytree warning"]
     with warnings.catch_warnings(record=True) as caught:
-        warnings.warn("Int8Tensor does not implement _stable_hash_for_caching(self) -> str", UserWarning,
-                      stacklevel=1)
+        warnings.warn("Int8Tensor does not implement _stable_hash_for_caching(self) -> str", UserWarning, stacklevel=1)
     assert caught == []

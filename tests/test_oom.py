@@ -78,15 +78,18 @@ def test_a_returned_peak_cap_drives_the_search():
     assert oom.largest_fitting_batch(oom.memory_capped(lambda b: 1000 * b, 50_000)).largest == 50
 
 
-@pytest.mark.parametrize(("call", "error", "match"), [
-    (lambda: oom.with_memory_cap(lambda x: x, 0), ValueError, "cap_bytes"),
-    (lambda: oom.with_memory_cap(lambda x: x, True), ValueError, "cap_bytes"),
-    (lambda: oom.with_memory_cap(lambda x: x, 10, peak="guessed"), ValueError, "peak"),
-    (lambda: oom.with_memory_cap(None, 10), TypeError, "with_memory_cap"),
-    (lambda: oom.largest_fitting_batch(lambda b: None, start=0), ValueError, "start"),
-    (lambda: oom.largest_fitting_batch(lambda b: None, start=8, limit=4), ValueError, "limit"),
-    (lambda: oom.run_with_oom_backoff(lambda c: c, torch.ones(4), batch=True), ValueError, "batch"),
-])
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: oom.with_memory_cap(lambda x: x, 0), ValueError, "cap_bytes"),
+        (lambda: oom.with_memory_cap(lambda x: x, True), ValueError, "cap_bytes"),
+        (lambda: oom.with_memory_cap(lambda x: x, 10, peak="guessed"), ValueError, "peak"),
+        (lambda: oom.with_memory_cap(None, 10), TypeError, "with_memory_cap"),
+        (lambda: oom.largest_fitting_batch(lambda b: None, start=0), ValueError, "start"),
+        (lambda: oom.largest_fitting_batch(lambda b: None, start=8, limit=4), ValueError, "limit"),
+        (lambda: oom.run_with_oom_backoff(lambda c: c, torch.ones(4), batch=True), ValueError, "batch"),
+    ],
+)
 def test_bad_arguments_get_one_line(call, error, match):
     with pytest.raises(error, match=match) as info:
         call()
@@ -94,6 +97,7 @@ def test_bad_arguments_get_one_line(call, error, match):
 
 
 # -- a real CPU allocation failure (the CPU allocator raises RuntimeError, not torch.OutOfMemoryError) ----------
+
 
 def _real_allocation(b: int) -> torch.Tensor:
     # 8 MiB at b=1, ×8 per step: 16 TiB at b=8, which no machine's allocator grants. torch.empty touches no page,

@@ -11,12 +11,15 @@ def test_doctor_and_fusion_counts_come_from_opcount():
     assert fusion.traffic is opcount.traffic and fusion.Traffic is opcount.Traffic
 
 
-@pytest.mark.parametrize("fn", [
-    lambda x: torch.relu(x * 2.0 + 1.0) * 0.5,
-    torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.GELU(), torch.nn.Linear(8, 4)).eval(),
-    lambda x: x.t().reshape(-1),
-    lambda x: (x.sum(-1), x.amax(-1)),
-])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.relu(x * 2.0 + 1.0) * 0.5,
+        torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.GELU(), torch.nn.Linear(8, 4)).eval(),
+        lambda x: x.t().reshape(-1),
+        lambda x: (x.sum(-1), x.amax(-1)),
+    ],
+)
 def test_both_byte_rules_agree_where_they_overlap(fn):
     x = torch.randn(16, 16)
     counts, moved = opcount.count_ops(fn, x), opcount.traffic(fn, x)

@@ -22,11 +22,13 @@ def _python(code: str, outputs: str) -> subprocess.CompletedProcess:
 def test_import_works_when_the_outputs_folder_cannot_be_made_and_the_first_write_says_why(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    code = ("import helpers\n"
-            "try:\n"
-            "    helpers.record(metrics={'x': 1.0}, notebook='n', experiment='e', variant='v')\n"
-            "except OSError as exc:\n"
-            "    print('refused:', exc)\n")
+    code = (
+        "import helpers\n"
+        "try:\n"
+        "    helpers.record(metrics={'x': 1.0}, notebook='n', experiment='e', variant='v')\n"
+        "except OSError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
     proc = _python(code, str(blocker / "outputs"))
     assert proc.returncode == 0, proc.stderr
     assert "refused: cannot write to" in proc.stdout and "COURSE_OUTPUTS" in proc.stdout
@@ -36,9 +38,11 @@ def test_import_works_when_the_outputs_folder_cannot_be_made_and_the_first_write
 
 
 def test_import_does_not_need_fcntl(tmp_path):
-    code = ("import sys\nsys.modules['fcntl'] = None  # as on Windows\n"
-            "import helpers\nhelpers.record(metrics={'x': 1.0}, notebook='n', experiment='e', variant='v')\n"
-            "print(len(helpers.load_results()))\n")
+    code = (
+        "import sys\nsys.modules['fcntl'] = None  # as on Windows\n"
+        "import helpers\nhelpers.record(metrics={'x': 1.0}, notebook='n', experiment='e', variant='v')\n"
+        "print(len(helpers.load_results()))\n"
+    )
     proc = _python(code, str(tmp_path / "outputs"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "1"

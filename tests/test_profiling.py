@@ -24,8 +24,9 @@ def test_trace_answers_the_capstone_questions(capfd):
     weight = torch.randn(4, 3, 3, 3)
     nhwc = torch.randn(1, 8, 8, 3).permute(0, 3, 1, 2)  # a channels-last view: not contiguous
     _, slow_path = profiling.record_trace(lambda: loop(nhwc, weight, sync=True), "t_slow", steps=1)
-    _, fast_path = profiling.record_trace(lambda: loop(nhwc.contiguous().bfloat16(), weight.bfloat16(), sync=False),
-                                          "t_fast", steps=1)
+    _, fast_path = profiling.record_trace(
+        lambda: loop(nhwc.contiguous().bfloat16(), weight.bfloat16(), sync=False), "t_fast", steps=1
+    )
     assert "USDT" not in capfd.readouterr().err  # the profiler's marker lines are dropped
     slow = profiling.within(profiling.load_trace(slow_path), "step")
     fast = profiling.within(profiling.load_trace(fast_path), "step")
@@ -44,8 +45,14 @@ def test_contiguous_strides():
 
 
 def test_device_gaps_from_a_synthetic_timeline():
-    df = pd.DataFrame({"name": ["k1", "k2", "k3", "op"], "cat": ["kernel", "kernel", "gpu_memcpy", "cpu_op"],
-                       "ts": [0.0, 15.0, 18.0, 0.0], "dur": [10.0, 5.0, 2.0, 100.0]})
+    df = pd.DataFrame(
+        {
+            "name": ["k1", "k2", "k3", "op"],
+            "cat": ["kernel", "kernel", "gpu_memcpy", "cpu_op"],
+            "ts": [0.0, 15.0, 18.0, 0.0],
+            "dur": [10.0, 5.0, 2.0, 100.0],
+        }
+    )
     df["end"] = df["ts"] + df["dur"]
     gaps = profiling.device_gaps(df)
     assert list(gaps) == [5.0]  # idle from 10 to 15; the copy at 18 starts while k2 still runs
@@ -68,10 +75,15 @@ def test_record_trace_bad_input():
 
 def test_gpu_trace_names_are_understood():
     # what a CUDA trace holds for one .item() inside a record_function range (names as CUPTI/Kineto write them)
-    rows = [("step", "user_annotation", 0, 100), ("step", "gpu_user_annotation", 5, 90),
-            ("aten::item", "cpu_op", 10, 20), ("aten::_local_scalar_dense", "cpu_op", 11, 18),
-            ("cudaMemcpyAsync", "cuda_runtime", 12, 3), ("cudaStreamSynchronize", "cuda_runtime", 15, 10),
-            ("cudaStreamSynchronize", "cuda_runtime", 200, 5)]
+    rows = [
+        ("step", "user_annotation", 0, 100),
+        ("step", "gpu_user_annotation", 5, 90),
+        ("aten::item", "cpu_op", 10, 20),
+        ("aten::_local_scalar_dense", "cpu_op", 11, 18),
+        ("cudaMemcpyAsync", "cuda_runtime", 12, 3),
+        ("cudaStreamSynchronize", "cuda_runtime", 15, 10),
+        ("cudaStreamSynchronize", "cuda_runtime", 200, 5),
+    ]
     df = pd.DataFrame(rows, columns=["name", "cat", "ts", "dur"])
     df["end"] = df["ts"] + df["dur"]
     df["args"] = [{}] * len(df)

@@ -11,8 +11,12 @@ REFERENCE = REPO / "data" / "reference"
 
 
 def test_readme_reference_table_is_up_to_date():
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "reference_table.py"), "--check"],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "reference_table.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -36,8 +40,9 @@ def test_gpu_references_say_which_gpu_driver_and_date():
 
 
 def test_agenda_and_runtime_map_are_up_to_date():
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "agenda.py"), "--check"],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "agenda.py"), "--check"], capture_output=True, text=True, cwd=REPO
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -45,8 +50,9 @@ def test_every_notebook_has_measured_run_times():
     env = json.loads((REFERENCE / "cpu-intel-xeon-2cpu.env.json").read_text())
     for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         times = env["notebooks"].get(path.stem, {})
-        assert times.get("quick_seconds", 0) > 0 and times.get("full_seconds", 0) > 0, \
+        assert times.get("quick_seconds", 0) > 0 and times.get("full_seconds", 0) > 0, (
             f"{path.stem}: measure its quick and full run times (scripts/full_run.py) into the .env.json"
+        )
 
 
 def test_the_table_reads_results_with_the_tolerant_loader(tmp_path):

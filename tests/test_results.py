@@ -23,8 +23,16 @@ def _m(label="x"):
 
 
 def test_record_writes_context_to_this_machines_file():
-    rec = record(_m(), notebook="00_environment", experiment="demo", variant="eager", batch=2, dtype="fp32",
-                 metrics={"gb_per_s": 12.5}, extra={"note": "hi"})
+    rec = record(
+        _m(),
+        notebook="00_environment",
+        experiment="demo",
+        variant="eager",
+        batch=2,
+        dtype="fp32",
+        metrics={"gb_per_s": 12.5},
+        extra={"note": "hi"},
+    )
     path = results.results_path()
     assert path.exists() and path.parent.parent == Path(os.environ["COURSE_OUTPUTS"]).resolve()
     assert path.name == f"{rec['machine_id']}.jsonl"
@@ -32,7 +40,12 @@ def test_record_writes_context_to_this_machines_file():
     assert len(df) == 1
     row = df.iloc[0]
     assert (row.notebook, row.experiment, row.variant, row.batch, row["dtype"]) == (
-        "00_environment", "demo", "eager", 2, "fp32")
+        "00_environment",
+        "demo",
+        "eager",
+        2,
+        "fp32",
+    )
     assert row["median"] == pytest.approx(0.002) and row["gb_per_s"] == 12.5 and row["extra_note"] == "hi"
     assert row["mode"] == "quick" and row["device"] == "cpu" and row["v_torch"]
     assert json.loads(path.read_text())["measurement"]["samples"] == [0.001, 0.002, 0.003]
@@ -47,13 +60,16 @@ def test_recorder_binds_the_notebook(tmp_path):
     assert len(rec.records) == 3 and all(r["notebook"] == "01_bottlenecks" for r in rec.records)
 
 
-@pytest.mark.parametrize(("kwargs", "error"), [
-    ({"notebook": "", "experiment": "e", "variant": "v"}, ValueError),
-    ({"notebook": "n", "experiment": "e", "variant": "v", "batch": 0}, ValueError),
-    ({"notebook": "n", "experiment": "e", "variant": "v", "metrics": {"x": "fast"}}, ValueError),
-    ({"notebook": "n", "experiment": "e", "variant": "v", "extra": {"x": object()}}, ValueError),
-    ({"notebook": "n", "experiment": "e", "variant": "v", "device": "cuda:999"}, ValueError),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"notebook": "", "experiment": "e", "variant": "v"}, ValueError),
+        ({"notebook": "n", "experiment": "e", "variant": "v", "batch": 0}, ValueError),
+        ({"notebook": "n", "experiment": "e", "variant": "v", "metrics": {"x": "fast"}}, ValueError),
+        ({"notebook": "n", "experiment": "e", "variant": "v", "extra": {"x": object()}}, ValueError),
+        ({"notebook": "n", "experiment": "e", "variant": "v", "device": "cuda:999"}, ValueError),
+    ],
+)
 def test_bad_records_are_refused_and_nothing_is_written(tmp_path, kwargs, error):
     path = tmp_path / "r.jsonl"
     with pytest.raises(error) as info:
@@ -65,8 +81,13 @@ def test_bad_records_are_refused_and_nothing_is_written(tmp_path, kwargs, error)
 def test_numpy_metrics_and_nan_are_stored(tmp_path):
     import numpy as np
 
-    record(metrics={"a": np.float32(1.5), "b": float("nan"), "c": np.float64("nan")}, notebook="n",
-           experiment="e", variant="v", path=tmp_path / "r.jsonl")
+    record(
+        metrics={"a": np.float32(1.5), "b": float("nan"), "c": np.float64("nan")},
+        notebook="n",
+        experiment="e",
+        variant="v",
+        path=tmp_path / "r.jsonl",
+    )
     assert read_records(tmp_path / "r.jsonl")[0]["metrics"] == {"a": 1.5, "b": None, "c": None}
 
 
@@ -112,8 +133,10 @@ WRITER = textwrap.dedent("""
 
 def test_two_processes_append_at_once_without_losing_or_mixing_lines(tmp_path):
     path, go, count = tmp_path / "shared.jsonl", tmp_path / "go", 100
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), who, str(count), str(go)], cwd=REPO)
-             for who in ("a", "b")]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(path), who, str(count), str(go)], cwd=REPO)
+        for who in ("a", "b")
+    ]
     time.sleep(1.0)  # both started and waiting
     go.touch()
     assert all(p.wait(timeout=120) == 0 for p in procs)
@@ -169,8 +192,9 @@ def test_a_killed_writer_leaves_the_file_readable(tmp_path):
 def test_load_reference_filters(tmp_path):
     ref = tmp_path / "reference"
     for machine, value in (("cuda-nvidia-h200", 100.0), ("cpu-intel-xeon-2cpu", 1.0)):
-        rec = results.make_record(metrics={"gflops": value}, notebook="00_environment", experiment="roofline",
-                                  variant="fp32")
+        rec = results.make_record(
+            metrics={"gflops": value}, notebook="00_environment", experiment="roofline", variant="fp32"
+        )
         rec["machine_id"] = machine
         append_record(rec, ref / f"{machine}.jsonl")
     df = load_reference(reference_dir=ref)

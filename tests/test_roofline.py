@@ -8,8 +8,13 @@ from helpers import roofline as rl
 
 
 def synthetic() -> rl.Roofline:
-    return rl.Roofline(device="cpu", machine_id="test", peak_flops={"fp32": 100e9, "bf16": 400e9},
-                       bandwidth=10e9, dispatch_latency=2e-6)
+    return rl.Roofline(
+        device="cpu",
+        machine_id="test",
+        peak_flops={"fp32": 100e9, "bf16": 400e9},
+        bandwidth=10e9,
+        dispatch_latency=2e-6,
+    )
 
 
 def test_ridge_point_and_attainable():
@@ -91,8 +96,14 @@ def test_the_compute_roof_is_the_best_of_its_sizes_and_the_conv(monkeypatch):
     from helpers.timing import Measurement
 
     achieved = {64: 10e9, 128: 30e9, 256: 20e9}
-    monkeypatch.setattr(rl, "matmul_flops", lambda dtype, dev, n, budget, layout: (
-        achieved[n], Measurement.from_samples([2 * n**3 / achieved[n]] * 5, label=f"matmul {n}×{n} {dtype}")))
+    monkeypatch.setattr(
+        rl,
+        "matmul_flops",
+        lambda dtype, dev, n, budget, layout: (
+            achieved[n],
+            Measurement.from_samples([2 * n**3 / achieved[n]] * 5, label=f"matmul {n}×{n} {dtype}"),
+        ),
+    )
     roof = rl.matmul_roof("fp32", "cpu", sizes=[64, 128, 256], budget=0.3, conv=False)
     assert roof["flops"] == 30e9 and roof["size"] == 128 and roof["source"].startswith("matmul 128×128, ")
     assert roof["source"].split(", ")[1] in rl.LAYOUTS
@@ -143,8 +154,17 @@ def test_a_noisy_or_foreign_roof_is_measured_again_and_keeps_the_better_value(mo
     assert rl.get_roofline("cpu").peak_flops["fp32"] < 1e15
 
 
-@pytest.mark.parametrize("text", ["{ half a file", "null", '"x"', '{"version": 2, "peak_flops": []}',
-                                  '{"version": 2, "peak_flops": {"fp32": 1}, "bandwidth": "x"}', "[]"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{ half a file",
+        "null",
+        '"x"',
+        '{"version": 2, "peak_flops": []}',
+        '{"version": 2, "peak_flops": {"fp32": 1}, "bandwidth": "x"}',
+        "[]",
+    ],
+)
 def test_a_corrupt_stored_roof_is_ignored(text):
     path = rl.roofline_path("cpu")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,8 +24,13 @@ def _notebook(path, tagged=True):
 
 
 def run(*args):
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "run_notebook.py"), *map(str, args)],
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "run_notebook.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
 
 
 def test_parameters_override_the_defaults_and_html_has_the_outputs(tmp_path):
@@ -56,12 +61,32 @@ def test_values_are_read_as_papermill_reads_them():
 def test_papermill_runs_a_course_notebook_with_its_parameters(tmp_path):
     """The documented command, `papermill NOTEBOOK OUT -p MODE quick`, on a course notebook."""
     out = tmp_path / "08.ipynb"
-    proc = subprocess.run([sys.executable, "-m", "papermill", str(REPO / "notebooks" / "08_profiling.ipynb"),
-                           str(out), "-p", "MODE", "quick", "-p", "DEVICE", "cpu", "--cwd", str(REPO / "notebooks"),
-                           "--no-progress-bar"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "papermill",
+            str(REPO / "notebooks" / "08_profiling.ipynb"),
+            str(out),
+            "-p",
+            "MODE",
+            "quick",
+            "-p",
+            "DEVICE",
+            "cpu",
+            "--cwd",
+            str(REPO / "notebooks"),
+            "--no-progress-bar",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    texts = "".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"
-                    for o in c.outputs)
+    texts = "".join(
+        o.get("text", "") for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code" for o in c.outputs
+    )
     assert "mode=quick, device=cpu" in texts
 
 

@@ -19,6 +19,7 @@ def spin(seconds: float) -> None:
 # Each workload lasts *at least* its nominal time, so the lower bound is exact; the upper bound is generous
 # (a busy machine slows things down, it never speeds them up), so these cannot flake.
 
+
 def test_sleep_of_known_duration():
     m = benchmark(time.sleep, 0.02, warmup=1, repeats=5)
     assert m.number == 1
@@ -59,6 +60,7 @@ def test_first_call_is_timed_apart():
 
 
 # -- the time budget (these run in quick mode, set by conftest; each passes its budget explicitly) ------------
+
 
 def test_budget_stops_early_but_keeps_three_samples():
     start = time.perf_counter()
@@ -189,6 +191,7 @@ def test_cuda_uses_events():
 
 # -- statistics ---------------------------------------------------------------------------------------------
 
+
 def test_statistics_match_numpy():
     rng = np.random.default_rng(0)
     samples = rng.lognormal(mean=-7, sigma=0.3, size=101)
@@ -270,10 +273,19 @@ def test_to_dict_is_json_ready():
 
 # -- units --------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("seconds", "text"), [
-    (1.234e-3, "1.23 ms"), (1.5e-6, "1.50 µs"), (12.0, "12.0 s"), (2.5e-8, "25.0 ns"),
-    (0.99999, "1.00 s"), (123.456, "123 s"), (0.0, "0.00 ns"),
-])
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (1.234e-3, "1.23 ms"),
+        (1.5e-6, "1.50 µs"),
+        (12.0, "12.0 s"),
+        (2.5e-8, "25.0 ns"),
+        (0.99999, "1.00 s"),
+        (123.456, "123 s"),
+        (0.0, "0.00 ns"),
+    ],
+)
 def test_format_seconds(seconds, text):
     assert format_seconds(seconds) == text
 
@@ -304,17 +316,29 @@ def test_compare_speedups_come_from_medians_and_the_verdict():
 
 # -- bad input ----------------------------------------------------------------------------------------------
 
+
 def test_non_callable_is_refused_with_a_hint():
     with pytest.raises(TypeError, match="callable") as info:
         benchmark(torch.ones(3))
     assert one_line(info.value) and "benchmark(model, x)" in str(info.value)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"repeats": 0}, {"warmup": -1}, {"number": 0}, {"items": 0}, {"repeats": 2.5},
-    {"min_sample_time": 0}, {"budget": -1}, {"budget": 0}, {"budget": math.inf}, {"budget": True},
-    {"budget": "long"},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"repeats": 0},
+        {"warmup": -1},
+        {"number": 0},
+        {"items": 0},
+        {"repeats": 2.5},
+        {"min_sample_time": 0},
+        {"budget": -1},
+        {"budget": 0},
+        {"budget": math.inf},
+        {"budget": True},
+        {"budget": "long"},
+    ],
+)
 def test_bad_parameters_are_refused(kwargs):
     with pytest.raises(ValueError) as info:
         benchmark(lambda: None, **kwargs)

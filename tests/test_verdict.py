@@ -76,8 +76,13 @@ def test_interleaved_drift_cancels_in_the_paired_verdict():
 
 def test_interleaved_alternates_and_times_first_calls_apart():
     order = []
-    ms = interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")},
-                     warmup=0, repeats=6, budget=None, min_sample_time=1e-9)
+    ms = interleaved(
+        {"a": lambda: order.append("a"), "b": lambda: order.append("b")},
+        warmup=0,
+        repeats=6,
+        budget=None,
+        min_sample_time=1e-9,
+    )
     assert set(ms) == {"a", "b"} and ms["a"].group == ms["b"].group and ms["a"].n == ms["b"].n == 6
     assert ms["a"].first_call is not None
     rounds = order[2:]  # after the two first calls: one call per sample, the order rotating each round
