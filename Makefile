@@ -14,7 +14,7 @@ LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 # extra JupyterLab options, e.g. make lab LAB_ARGS="--no-browser --ip=0.0.0.0"
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-helpers test-notebooks lint full-run html data clean
+.PHONY: setup lab test test-helpers test-notebooks lint format full-run html data clean
 
 setup: $(STAMP)
 
@@ -24,14 +24,25 @@ $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { echo "could not create $(VENV): on Debian/Ubuntu install python3.11-venv"; rm -rf $(VENV); exit 1; }
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@# nbstripout as a git filter: notebooks are committed without outputs whatever a run left in them (cell ids,
+	@# stable here, are kept). Configured by hand, since `nbstripout --install` drops --keep-id.
+	@if [ "$$(git rev-parse --show-toplevel 2>/dev/null)" = "$(CURDIR)" ]; then \
+		git config filter.nbstripout.clean '"$(CURDIR)/$(BIN)/python" -m nbstripout --keep-id' && \
+		git config filter.nbstripout.smudge cat && git config filter.nbstripout.required true; fi
 	@touch $(STAMP)
 	@echo "set-up complete: $(VENV)"
 
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(LAB_ROOT) $(LAB_ARGS)
 
+# Lint, and the layout ruff format gives (notebooks are linted, not reformatted: pyproject.toml says why).
 lint: setup
 	$(BIN)/ruff check helpers tests scripts notebooks
+	$(BIN)/ruff format --check helpers tests scripts notebooks
+
+# Apply the layout `make lint` checks.
+format: setup
+	$(BIN)/ruff format helpers tests scripts notebooks
 
 # Their compile caches and records go to outputs/test too, not into the cache and results `make lab` uses.
 test-helpers: setup

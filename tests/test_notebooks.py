@@ -1,12 +1,16 @@
 """Committed notebooks are stripped of outputs and follow the course skeleton (DESIGN.md §4).
 Executing them is the nbmake run in `make test`."""
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks():
@@ -20,6 +24,36 @@ def test_outputs_are_stripped(path):
         if cell.cell_type == "code":
             assert cell.outputs == [], f"cell {i} has outputs: clear them before committing"
             assert cell.execution_count is None, f"cell {i} has an execution count"
+
+
+def test_nbstripout_is_the_git_filter_and_keeps_cell_ids():
+    """`git add` passes notebooks through nbstripout (.gitattributes; `make setup` configures the filter), which
+    leaves a committed notebook unchanged and strips an executed one to it."""
+    assert "*.ipynb filter=nbstripout" in (REPO / ".gitattributes").read_text()
+    assert "-m nbstripout --keep-id" in (REPO / "Makefile").read_text()
+    verify = subprocess.run(
+        [sys.executable, "-m", "nbstripout", "--verify", "--keep-id", *map(str, NOTEBOOKS)],
+        capture_output=True,
+        text=True,
+    )
+    assert verify.returncode == 0, f"nbstripout would change: {verify.stdout}{verify.stderr}"
+    nb = nbformat.read(NOTEBOOKS[0], as_version=4)
+    code = next(c for c in nb.cells if c.cell_type == "code")
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="measured 1.23 ms\n")]
+    code.execution_count = 7
+    cleaned = subprocess.run(
+        [sys.executable, "-m", "nbstripout", "--keep-id"],
+        input=nbformat.writes(nb),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert cleaned.strip() == NOTEBOOKS[0].read_text(encoding="utf-8").strip()
+    if shutil.which("git") and (REPO / ".git").exists():
+        attr = subprocess.run(
+            ["git", "check-attr", "filter", "notebooks/00_environment.ipynb"], cwd=REPO, capture_output=True, text=True
+        ).stdout
+        assert attr.strip().endswith("nbstripout"), attr
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -53,19 +87,27 @@ def test_exercises_work_the_same_way(path):
     import re
 
     nb = nbformat.read(path, as_version=4)
-    announced = sorted({int(n) for c in nb.cells if c.cell_type == "markdown"
-                        for n in re.findall(r"\*\*Exercise (\d+)", c.source)})
+    announced = sorted(
+        {int(n) for c in nb.cells if c.cell_type == "markdown" for n in re.findall(r"\*\*Exercise (\d+)", c.source)}
+    )
     open_pattern = r"\*\*Exercise (\d+)[^*]*\*\*(?:(?!\*\*Exercise).)*No self-check"
-    open_ended = {int(n) for c in nb.cells if c.cell_type == "markdown"
-                  for n in re.findall(open_pattern, c.source, re.S)}
+    open_ended = {
+        int(n) for c in nb.cells if c.cell_type == "markdown" for n in re.findall(open_pattern, c.source, re.S)
+    }
     assert len(announced) >= 2, "at least two exercises"
     for n in announced:
         if n in open_ended:
             continue
         answer = next((i for i, c in enumerate(nb.cells) if re.search(rf"^answer_{n} = None", c.source, re.M)), None)
         check = next((i for i, c in enumerate(nb.cells) if f"def check_{n}(" in c.source), None)
-        solution = next((i for i, c in enumerate(nb.cells)
-                         if c.cell_type == "code" and c.source.lstrip().startswith(f"# Solution {n}")), None)
+        solution = next(
+            (
+                i
+                for i, c in enumerate(nb.cells)
+                if c.cell_type == "code" and c.source.lstrip().startswith(f"# Solution {n}")
+            ),
+            None,
+        )
         assert None not in (answer, check, solution), f"exercise {n}: answer_{n} = None, check_{n} and a solution cell"
         assert answer <= check < solution, f"exercise {n}: answer cell, then check, then solution"
         assert "not attempted" in nb.cells[check].source, f"exercise {n}: check_{n} handles no answer"
