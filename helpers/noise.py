@@ -1,40 +1,33 @@
-"""The one place where known-harmless library noise is handled (installed on ``import helpers``).
+"""The one place where known-harmless library noise is listed and handled (installed on ``import helpers``).
 
 The course's rule is that outputs carry no unexplained warnings, and that nothing is silenced wholesale.
-Each filter below matches one exact message, and each says why it is harmless. Anything else still shows.
+:data:`KNOWN` is the allow-list: each entry matches one exact message, says why it is harmless, and names the
+notebook whose markdown explains it to the learner. Anything else still shows. The same list drives
+:func:`install` (what a notebook hides), the test suite (pytest turns every other warning into an error), and
+the check over executed notebooks (no stderr line that no entry allows). ``tests/test_noise.py`` makes each
+library emit each entry's message on this machine and fails on an entry nothing emits any more.
+
+How each is handled (the numbers are the entries' order in :data:`KNOWN`):
 
 1. ``torch.utils.cpp_extension`` logs *"No CUDA runtime is found, using CUDA_HOME=…"* when Inductor or
-   ``torch.utils.benchmark`` import it on a machine with the CUDA toolkit but no GPU. Nothing is compiled
-   for CUDA on such a machine, so the path it found is never used.
-2. ``DataLoader(pin_memory=True)`` warns *"'pin_memory' argument is set as true but no accelerator is
-   found"* on a CPU-only machine. Notebooks use the same loader code on CPU and GPU; on the CPU pinning is
-   simply skipped, which is what we want.
-3. The profiler's Kineto library prints *"ERROR … gpuGetDeviceCount failed with code 35"* when there is no
-   GPU driver. ``KINETO_LOG_LEVEL=5`` hides its log lines; it is set only when no CUDA GPU is present
-   (and only if the user has not set it), so real errors on a GPU machine still show.
-4. ONNX Runtime (the ``onnxruntime-gpu`` build) logs two red lines when a session asks for the CUDA
-   provider on a machine without a GPU and falls back to the CPU. On such a machine its default log
-   severity is raised to errors-only (3); on a GPU machine its warnings are left alone.
-5. torchao 0.18 registers an Enum with ``torch.utils._pytree.register_constant``, which torch 2.14 logs as
-   deprecated (*"… is an Enum subclass and is now natively supported by torch.compile …"*) at import. It is
-   torchao's internal call, nothing a learner can change, and it works.
-6. Compiling a torchao-quantized model warns *"Int8Tensor does not implement _stable_hash_for_caching"*:
-   AOTAutograd's cache skips that tensor subclass, so the graph is recompiled instead of being loaded from
-   the cache. Correctness is unaffected; the first call's time (reported apart) shows the cost.
-7. On a GPU with TF32 tensor cores, some torch versions warn at compile time that *"TensorFloat32 tensor cores
-   for float32 matrix multiplication available but not enabled"*. The course keeps fp32 exact on purpose when
-   it compares formats, and measures TF32 explicitly (notebook 02); the advice is noted there.
-8. Starting and stopping ``torch.profiler`` prints *"USDT:… SyncActivityProfilerHandler.cpp… profiler_start"*
-   (and ``profiler_stop``) from C++ straight to the process's stderr, on every start and stop; no log level
-   or variable turns it off. :func:`profiler_markers_silenced` captures file descriptor 2 around the start
-   and the stop only (never around the profiled code), drops those two lines and writes every other line
-   back, so a real profiler error still shows. The profiler itself is started elsewhere:
-   :func:`helpers.profiling.quiet_profile` and :func:`helpers.profiling.quiet_step` wrap its start, stop and
-   steps in this filter.
-9. Inductor's GEMM autotuner (``max-autotune``) in some torch versions calls the deprecated
-   ``tensor.storage()`` itself, which warns *"TypedStorage is deprecated"*. It is torch's own internal call,
-   attributed to ``torch._inductor``. (torch emits this warning once per process, so after it a learner's own
-   ``.storage()`` call would not warn either; the course's code never calls it.)
+   ``torch.utils.benchmark`` import it on a machine with the CUDA toolkit but no GPU: a filter on that logger.
+2. ``DataLoader(pin_memory=True)`` warns on a CPU-only machine: a warnings filter on its exact text.
+3. The profiler's Kineto library prints *"ERROR … gpuGetDeviceCount failed with code 35"* with no GPU driver:
+   ``KINETO_LOG_LEVEL=5``, set only when no CUDA GPU is present and the user has not set it.
+4. ONNX Runtime (the ``onnxruntime-gpu`` build) logs two red lines when a session asks for the CUDA provider
+   on a machine without a GPU: its default log severity raised to errors-only (3) on such a machine only.
+5. torchao registers an Enum with ``torch.utils._pytree.register_constant``, which torch logs as deprecated
+   at import: a filter on that logger.
+6. Compiling a torchao-quantized model warns that its tensor subclass does not implement
+   ``_stable_hash_for_caching``: a warnings filter.
+7. On a GPU with TF32 tensor cores, Inductor warns at compile time that TF32 is *"available but not enabled"*:
+   a warnings filter (the course keeps fp32 exact on purpose and measures TF32 in notebook 02).
+8. Notebook 04 turns torch's recompile log on to show why a recompile happened: not hidden; its markdown says
+   to read those lines.
+9. Starting and stopping ``torch.profiler`` prints *"USDT:… profiler_start"* (and ``profiler_stop``) from C++
+   straight to stderr; no log level turns it off. :func:`profiler_markers_silenced` captures file descriptor 2
+   around the start and the stop only (never around the profiled code), drops those two lines and writes every
+   other line back; :func:`helpers.profiling.quiet_profile` and :func:`helpers.profiling.quiet_step` use it.
 """
 
 from __future__ import annotations
@@ -46,25 +39,159 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
-_CUDA_HOME = "No CUDA runtime is found"
+
+@dataclass(frozen=True)
+class Known:
+    """One known-harmless message. ``kind``: "warning" (the warnings module), "log" (a logger) or "stderr"
+    (native code writing to file descriptor 2); ``pattern``: a regular expression matched at the start of the
+    message (of a stderr line, after its log prefix); ``notebook``: the notebook whose markdown explains it, and
+    ``explained``: words of that markdown the test finds there; ``where``: the machines where the library
+    emits it ("cpu": without a CUDA GPU, "gpu": with one); ``hidden``: whether the course hides it (False: it
+    shows where a learner's own call causes it, and the named notebook says what it means)."""
+
+    key: str
+    kind: str
+    pattern: str
+    notebook: str
+    explained: str
+    reason: str
+    where: str = "cpu"
+    logger: str = ""
+    hidden: bool = True
+
+
+KNOWN: tuple[Known, ...] = (
+    Known(
+        "cuda-home",
+        "log",
+        r"No CUDA runtime is found, using CUDA_HOME",
+        "00_environment",
+        "CUDA_HOME",
+        "nothing is compiled for CUDA on a machine without a GPU, so the toolkit path it found is never used",
+        logger="torch.utils.cpp_extension",
+    ),
+    Known(
+        "pin-memory",
+        "warning",
+        r"'pin_memory' argument is set as true but no accelerator is found",
+        "06_async_pipelines",
+        "no accelerator is found",
+        "the loader code is the same on CPU and GPU; on a CPU pinning is skipped, which is what we want",
+    ),
+    Known(
+        "kineto-no-gpu",
+        "stderr",
+        r"gpuGetDeviceCount failed with code 35",
+        "08_profiling",
+        "gpuGetDeviceCount",
+        "the profiler looked for a GPU driver and found none; CPU profiling is unaffected",
+    ),
+    Known(
+        "ort-cuda-fallback",
+        "stderr",
+        r"(Failed to load library .*libonnxruntime_providers_cuda|"
+        r"Failed to create CUDAExecutionProvider)",
+        "05_onnx_runtime",
+        "logs an error and carries on",
+        "a session that lists the CUDA provider first falls back to the CPU where there is no GPU. The course's "
+        "own sessions ask for it only where it works (helpers.onnxrt.working_providers); a learner's own call "
+        "shows ORT's error line (its warning line is hidden: ORT's log severity is errors-only without a GPU)",
+        hidden=False,
+    ),
+    Known(
+        "torchao-enum",
+        "log",
+        r"<enum '\w+'> is an Enum subclass and is now natively supported by torch.compile",
+        "02_precision_quantization",
+        "Enum subclass",
+        "torchao's own registration at import, deprecated by torch but working; nothing a learner can change",
+        where="any",
+        logger="torch.utils._pytree",
+    ),
+    Known(
+        "stable-hash",
+        "warning",
+        r"\w+ does not implement _stable_hash_for_caching",
+        "02_precision_quantization",
+        "_stable_hash_for_caching",
+        "AOTAutograd's cache skips the tensor subclass, so the graph is recompiled instead of loaded from the "
+        "cache; results are unaffected and the first call's time (reported apart) shows the cost",
+        where="any",
+    ),
+    Known(
+        "tf32-available",
+        "warning",
+        r"TensorFloat32 tensor cores for float32 matrix multiplication available but "
+        r"not enabled",
+        "02_precision_quantization",
+        "available but not enabled",
+        "the course keeps fp32 exact when it compares formats, and measures TF32 on purpose in notebook 02",
+        where="gpu",
+    ),
+    Known(
+        "recompiles-log",
+        "stderr",
+        r"\[__recompiles\]",
+        "04_compilation_fusion",
+        "read the log lines below",
+        "the lesson turns torch's recompile log on (torch._logging.set_logs(recompiles=True)) to show why each "
+        "recompile happened, then back off",
+        where="any",
+        hidden=False,
+    ),
+    Known(
+        "profiler-usdt",
+        "stderr",
+        r"USDT:.*profiler_st(art|op)",
+        "08_profiling",
+        "USDT",
+        "markers torch's profiler prints on every start and stop; no log level turns them off",
+        where="any",
+    ),
+)
+
+
+def known(key: str) -> Known:
+    """The :data:`KNOWN` entry called ``key``."""
+    for entry in KNOWN:
+        if entry.key == key:
+            return entry
+    raise KeyError(f"{key!r} is not a known message; KNOWN has {', '.join(e.key for e in KNOWN)}")
+
+
+def allowed(line: str, notebooks: set[str] | None = None) -> Known | None:
+    """The entry that allows ``line`` (a warning, a log or stderr line), or None. With ``notebooks``, only an
+    entry explained by one of them counts (a notebook may show what it, or an earlier one, explains)."""
+    import re
+
+    for entry in KNOWN:
+        if notebooks is not None and entry.notebook not in notebooks:
+            continue
+        if re.search(entry.pattern, line):
+            return entry
+    return None
 
 
 class _DropMessage(logging.Filter):
     def __init__(self, fragment: str) -> None:
         super().__init__()
-        self.fragment = fragment
+        self.fragment = fragment  # a regular expression, matched at the start of the message
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return self.fragment not in record.getMessage()
+        import re
+
+        return re.match(self.fragment, record.getMessage()) is None
 
 
 @contextlib.contextmanager
 def profiler_markers_silenced() -> Iterator[None]:
     """Drop the profiler's ``USDT: … profiler_start/stop`` lines that native code writes to stderr inside the
     block (see 8 above); every other line written there is passed on. Wrap a profiler's start and stop."""
+    import re
     import tempfile
 
     sys.stderr.flush()
@@ -81,7 +208,7 @@ def profiler_markers_silenced() -> Iterator[None]:
             kept = [
                 line
                 for line in capture.read().splitlines(keepends=True)
-                if not (line.startswith(b"USDT:") and b"profiler_st" in line)
+                if not re.match(known("profiler-usdt").pattern.encode(), line)
             ]
             if kept:
                 os.write(2, b"".join(kept))
@@ -97,37 +224,16 @@ def quiet_onnxruntime() -> None:
 
 
 def install() -> None:
-    """Install the filters above. Idempotent: calling it again re-adds only what a caller (e.g. pytest,
-    which restores the warning filters after each test) has removed."""
-    # 1. one logger, one message
-    logger = logging.getLogger("torch.utils.cpp_extension")
-    if not any(isinstance(f, _DropMessage) for f in logger.filters):
-        logger.addFilter(_DropMessage(_CUDA_HOME))
-    # 5. one logger, one message
-    pytree = logging.getLogger("torch.utils._pytree")
-    if not any(isinstance(f, _DropMessage) for f in pytree.filters):
-        pytree.addFilter(_DropMessage("is an Enum subclass and is now natively supported by torch.compile"))
-    # 6.
-    warnings.filterwarnings("ignore", message=r"\w+ does not implement _stable_hash_for_caching", category=UserWarning)
-    # 7.
-    warnings.filterwarnings(
-        "ignore",
-        message=r"TensorFloat32 tensor cores for float32 matrix multiplication "
-        r"available but not enabled",
-        category=UserWarning,
-    )
-    # 9. one warning, from one package
-    warnings.filterwarnings(
-        "ignore", message=r"TypedStorage is deprecated", category=UserWarning, module=r"torch\._inductor"
-    )
-    # 2. one warning, by its exact text
-    warnings.filterwarnings(
-        "ignore",
-        message=r"'pin_memory' argument is set as true but no accelerator is found",
-        category=UserWarning,
-    )
+    """Install the filters for :data:`KNOWN`. Idempotent: calling it again re-adds only what a caller (e.g.
+    pytest, which restores the warning filters after each test) has removed."""
+    for entry in KNOWN:
+        if entry.kind == "log":
+            logger = logging.getLogger(entry.logger)
+            if not any(isinstance(f, _DropMessage) and f.fragment == entry.pattern for f in logger.filters):
+                logger.addFilter(_DropMessage(entry.pattern))
+        elif entry.kind == "warning":
+            warnings.filterwarnings("ignore", message=entry.pattern)
     if not torch.cuda.is_available():
-        # 3. read when the profiler first starts, so setting it here (before any profiling) is enough
+        # kineto-no-gpu: read when the profiler first starts, so setting it here (before any profiling) is enough
         os.environ.setdefault("KINETO_LOG_LEVEL", "5")
-        # 4.
-        quiet_onnxruntime()
+        quiet_onnxruntime()  # ort-cuda-fallback

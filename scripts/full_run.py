@@ -16,10 +16,12 @@ limit), it stops, still writes ``summary.json`` (the running notebook "interrupt
 merged results, and exits 130. ``summary.json`` is also rewritten after every notebook. An earlier run's
 results left in the work folder are moved aside (``results-before-<time>``), never deleted.
 
-Executors: ``kernel`` runs each notebook in a Jupyter kernel (nbclient), as a learner would. ``plain`` runs
+Executors: ``kernel`` runs each notebook in a Jupyter kernel through the course's one executor
+(scripts/execute.py: papermill), as a learner would. ``plain`` runs
 each notebook's code cells in a fresh Python process, capturing printed output and the value of each cell's
 last expression: for machines that have PyTorch but no Jupyter packages (a GPU image). ``auto`` (default)
-uses ``kernel`` when nbclient and ipykernel are installed, else ``plain``.
+uses ``kernel`` when papermill, nbclient and ipykernel are installed, else ``plain``. The plain executor goes once
+the kernel path has run on the GPU machine (its wheels: scripts/gpu-wheels.txt).
 """
 
 from __future__ import annotations
@@ -84,7 +86,9 @@ for index, cell in enumerate(nb["cells"]):
     plt.close("all")
     if failed:
         break
-json.dump(nb, open(dst, "w", encoding="utf-8"), indent=1)
+with open(dst + ".partial", "w", encoding="utf-8") as fh:  # renamed when complete: never half a notebook
+    json.dump(nb, fh, indent=1)
+os.replace(dst + ".partial", dst)
 if failed:
     print(failed, file=sys.stderr)
     sys.exit(1)
@@ -94,7 +98,7 @@ if failed:
 def _kernel_available() -> bool:
     import importlib.util
 
-    return all(importlib.util.find_spec(name) for name in ("nbclient", "nbformat", "ipykernel"))
+    return all(importlib.util.find_spec(name) for name in ("papermill", "nbclient", "nbformat", "ipykernel"))
 
 
 def run_plain(path: Path, dst: Path, timeout: int) -> tuple[str, str | None]:
@@ -112,23 +116,12 @@ def run_plain(path: Path, dst: Path, timeout: int) -> tuple[str, str | None]:
 
 
 def run_kernel(path: Path, dst: Path, timeout: int) -> tuple[str, str | None]:
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    """The course's one executor (scripts/execute.py: papermill in a Jupyter kernel); the error in one line."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from execute import execute
 
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-    )
-    status, error = "ok", None
-    try:
-        client.execute()
-    except CellExecutionError as exc:
-        status, error = "failed", str(exc).splitlines()[-1] if str(exc) else repr(exc)
-    except Exception as exc:  # a dead kernel or a timeout: record it and go on with the next notebook
-        status, error = "failed", f"{type(exc).__name__}: {exc}"
-    nbformat.write(nb, dst)
-    return status, error
+    run = execute(path, dst, timeout=timeout)
+    return run.status, run.error.splitlines()[0] if run.error else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         executor = "kernel" if _kernel_available() else "plain"
     elif executor == "kernel" and not _kernel_available():
         print(
-            "--executor kernel needs nbclient, nbformat and ipykernel; install them or use --executor plain",
+            "--executor kernel needs papermill, nbclient, nbformat and ipykernel; install them or use --executor plain",
             file=sys.stderr,
         )
         return 2

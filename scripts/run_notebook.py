@@ -58,26 +58,22 @@ def run(
     timeout: int = 1800,
     solutions: bool = False,
 ) -> Path:
-    """Execute ``notebook`` with ``parameters`` through papermill; write it (or its HTML handout) to ``out``."""
+    """Execute ``notebook`` with ``parameters`` (scripts/execute.py: papermill); write it, or its HTML handout, to
+    ``out``. A failing cell stops with its error (the executed copy is not written)."""
     import nbformat
-    import papermill
 
     sys.path.insert(0, str(REPO))
-    from helpers.paths import ensure_dir, write_atomic
+    from helpers.paths import write_atomic
 
     check_names(notebook, list(parameters))
-    ensure_dir(out.parent)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from execute import execute
+
     with tempfile.TemporaryDirectory() as tmp:
-        executed = Path(tmp) / notebook.name
-        papermill.execute_notebook(
-            str(notebook),
-            str(executed),
-            parameters=parameters,
-            cwd=str(notebook.parent),
-            progress_bar=False,
-            execution_timeout=timeout,
-        )
-        nb = nbformat.read(executed, as_version=4)
+        run_ = execute(notebook, Path(tmp) / notebook.name, parameters=parameters, timeout=timeout)
+    if run_.status != "ok":
+        raise SystemExit(f"{notebook.name} failed at {run_.error}")
+    nb = run_.notebook
     if html:
         from nbconvert import HTMLExporter
         from nbconvert.preprocessors import TagRemovePreprocessor

@@ -11,14 +11,31 @@ matplotlib.use("Agg")
 
 
 @pytest.fixture(autouse=True)
-def _isolated_outputs(tmp_path, monkeypatch):
-    """Every test writes its results under its own temporary outputs folder, never into outputs/."""
-    monkeypatch.setenv("COURSE_OUTPUTS", str(tmp_path / "outputs"))
+def _isolated_outputs(request, tmp_path, monkeypatch):
+    """Every test writes its results under its own temporary outputs folder, never into outputs/. A notebook
+    run keeps the COURSE_OUTPUTS `make test` set (outputs/test), so its compile caches serve the next run."""
+    if request.node.get_closest_marker("notebook") is None:
+        monkeypatch.setenv("COURSE_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.setenv("COURSE_MODE", "quick")
     from helpers import modes
 
     monkeypatch.setattr(modes, "_mode", None)  # a test's set_mode does not leak into the next test
+    from helpers import noise
+
+    noise.install()  # pytest's "error" filter is set per test: the allow-list goes on top of it
     yield
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` are skipped, with their reason, where torch sees no CUDA GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    for item in items:
+        marker = item.get_closest_marker("gpu")
+        if marker is not None:
+            item.add_marker(pytest.mark.skip(reason=marker.kwargs.get("reason", "needs a CUDA GPU")))
 
 
 def one_line(exc: BaseException) -> bool:

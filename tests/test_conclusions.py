@@ -108,7 +108,7 @@ def findings(source: str) -> list[str]:
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return []  # IPython magics: nbmake runs them; nothing to judge
+        return []  # IPython magics: the kernel runs them; nothing to judge
     found = []
     for node in ast.walk(tree):
         ordered = isinstance(node, ast.Compare) and any(

@@ -53,6 +53,10 @@ def test_make_lab_serves_the_notebooks(tmp_path):
         assert lab_page.status == 200
         kernels = _get(f"{base}/api/kernelspecs?token={token}")
         assert "python3" in kernels["kernelspecs"]
+        # no "fetch news?" prompt: the course's jupyter/overrides.json, installed by make setup, turns it off
+        plugin = _get(f"{base}/lab/api/settings/@jupyterlab/apputils-extension:notification?token={token}")
+        defaults = {k: v.get("default") for k, v in plugin["schema"]["properties"].items()}
+        assert defaults["fetchNews"] == "false" and defaults["checkForUpdates"] is False, defaults
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -60,3 +64,4 @@ def test_make_lab_serves_the_notebooks(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        proc.stdout.close()

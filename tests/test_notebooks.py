@@ -1,5 +1,6 @@
-"""Committed notebooks are stripped of outputs and follow the course skeleton (DESIGN.md §4).
-Executing them is the nbmake run in `make test`."""
+"""Committed notebooks are stripped of outputs and follow the course skeleton (section 4, "Notebook skeleton",
+of the design notes the course was built from).
+Executing them is tests/test_notebook_runs.py (make test-notebooks)."""
 
 import shutil
 import subprocess

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -95,3 +96,28 @@ def test_a_notebook_without_a_parameters_cell_is_refused(tmp_path):
     _notebook(source, tagged=False)
     proc = run(source, tmp_path / "x.ipynb", "-p", "MODE", "quick")
     assert proc.returncode != 0 and "has no cell tagged `parameters`" in proc.stderr
+
+
+def test_the_executor_reports_the_failing_cell_and_what_went_to_stderr(tmp_path):
+    sys.path.insert(0, str(REPO / "scripts"))
+    from execute import execute, stderr_lines
+
+    from helpers import noise
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("import sys, warnings\nprint('to stderr', file=sys.stderr)"),
+        nbformat.v4.new_code_cell("warnings.warn('an unexplained warning')"),
+        nbformat.v4.new_code_cell("1 / 0"),
+        nbformat.v4.new_code_cell("print('never runs')"),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "bad.ipynb")
+    run = execute(tmp_path / "bad.ipynb", tmp_path / "out" / "bad.ipynb", timeout=60)
+    assert run.status == "failed" and "cell 2" in run.error and "ZeroDivisionError" in run.error
+    assert (tmp_path / "out" / "bad.ipynb").exists() and not list((tmp_path / "out").glob(".*partial*"))
+    lines = [line for _, line in stderr_lines(run.notebook)]
+    assert "to stderr" in lines and any("an unexplained warning" in line for line in lines)
+    assert all(noise.allowed(line) is None for line in lines)  # the notebook check would refuse both
+    with pytest.raises(ValueError, match="pass the path of an .ipynb file"):
+        execute(tmp_path, tmp_path / "x.ipynb")

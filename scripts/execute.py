@@ -1,0 +1,82 @@
+"""The course's one notebook executor: papermill, in a Jupyter kernel, as a learner runs a notebook.
+
+Used by ``make test-notebooks`` (tests/test_notebook_runs.py), ``scripts/full_run.py`` (reference runs, the GPU
+one included) and ``scripts/run_notebook.py``. :func:`execute` runs one notebook top to bottom and writes the
+executed copy atomically (papermill saves it after every cell to a temporary file beside the destination, so a
+run cut short still leaves what ran there); :func:`stderr_lines` lists what the cells wrote to stderr, which the
+tests hold to the allow-list of ``helpers.noise``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Executed:
+    """What one run of a notebook gave: ``status`` "ok" or "failed", ``error`` (one paragraph: the cell, the
+    exception and the end of its traceback), the executed notebook, and where it was written."""
+
+    status: str
+    error: str | None
+    notebook: object = field(repr=False)
+    path: Path
+
+
+def execute(
+    path: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    parameters: dict[str, object] | None = None,
+    timeout: int = 600,
+) -> Executed:
+    """Run the notebook at ``path`` in its kernel (cells run in its folder); write the executed copy to ``dst``.
+
+    ``timeout``: seconds allowed per cell. A failing cell stops the run (as "Run All" does) and is reported;
+    a dead kernel or a time-out too. The executed copy, outputs and error included, is written in every case.
+    """
+    import nbformat
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    path, dst = Path(path).resolve(), Path(dst)
+    if not path.is_file() or path.suffix != ".ipynb":
+        raise ValueError(f"path={str(path)!r} is not a notebook; pass the path of an .ipynb file")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    partial = dst.with_name(f".{dst.stem}.partial.ipynb")  # papermill wants an .ipynb name
+    status, error = "ok", None
+    try:
+        papermill.execute_notebook(
+            str(path),
+            str(partial),
+            parameters=parameters or {},
+            cwd=str(path.parent),
+            progress_bar=False,
+            execution_timeout=timeout,
+            kernel_name="python3",
+        )
+    except PapermillExecutionError as exc:
+        tail = "\n".join(line for line in exc.traceback[-6:] if line.strip())
+        status, error = (
+            "failed",
+            f"cell {exc.cell_index} (execution {exc.exec_count}): {exc.ename}: {exc.evalue}\n{tail}",
+        )
+    except Exception as exc:  # a dead kernel, a time-out: record it, the caller goes on
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
+    if partial.exists():
+        os.replace(partial, dst)  # the finished (or cut-short) copy replaces the old one in one step
+        nb = nbformat.read(dst, as_version=4)
+    else:  # papermill failed before writing anything (a notebook it cannot read)
+        nb = nbformat.read(path, as_version=4)
+    return Executed(status, error, nb, dst)
+
+
+def stderr_lines(nb: object) -> list[tuple[int, str]]:
+    """``(cell index, line)`` for every non-empty line the notebook's cells wrote to stderr (warnings included)."""
+    lines = []
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                lines += [(index, line) for line in output.get("text", "").splitlines() if line.strip()]
+    return lines

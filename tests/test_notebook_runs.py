@@ -1,0 +1,32 @@
+"""Every course notebook runs top to bottom in a Jupyter kernel (quick mode in `make test`), through the course's
+one executor (scripts/execute.py: papermill), and its outputs carry no stderr line and no warning that no entry
+of helpers.noise.KNOWN allows, explained by this notebook or an earlier one. The executed copies are kept in
+the outputs folder (executed/) for a look after a failure."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import noise
+from helpers.paths import outputs_dir
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+sys.path.insert(0, str(REPO / "scripts"))
+
+from execute import execute, stderr_lines  # noqa: E402
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_and_shows_only_explained_messages(path):
+    run = execute(path, outputs_dir() / "executed" / path.name, timeout=600)
+    assert run.status == "ok", f"{path.name} failed at {run.error}\n(executed copy: {run.path})"
+    explained = {p.stem for p in NOTEBOOKS if p.stem <= path.stem}  # this notebook's and the earlier ones'
+    shown = [(cell, line) for cell, line in stderr_lines(run.notebook) if noise.allowed(line, explained) is None]
+    assert not shown, (
+        f"{path.name} wrote to stderr what no notebook up to it explains (add the fix, or an entry to "
+        f"helpers.noise.KNOWN with its reason and a notebook that explains it): "
+        + "; ".join(f"cell {cell}: {line[:200]}" for cell, line in shown[:5])
+    )
