@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from .checks import check_choice, check_int
-from .paths import output_subdir
+from .paths import atomic_path, check_file_name, ensure_dir, output_subdir
 
 LEVELS = {
     "disabled": "ORT_DISABLE_ALL",
@@ -61,10 +61,8 @@ def export(
     if dynamic_batch and example.shape[0] == 1:
         # torch.export specialises a dimension of size 1 (it cannot tell it from broadcasting)
         raise ValueError("use an example batch of at least 2 for a dynamic batch dimension (size 1 is specialised).")
-    path = Path(folder or onnx_dir()) / f"{name}.onnx"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in (path, path.with_name(path.name + ".data")):
-        stale.unlink(missing_ok=True)
+    path = Path(folder or onnx_dir()) / f"{check_file_name('name', name)}.onnx"
+    ensure_dir(path.parent)
     dynamic_shapes = ({0: torch.export.Dim("batch", min=1, max=65536)},) if dynamic_batch else None
     was_training = model.training
     model.eval()
@@ -73,8 +71,16 @@ def export(
             program = torch.onnx.export(model, (example,), dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False)
     finally:
         model.train(was_training)
-    program.save(str(path), external_data=external_data)
-    onnx.checker.check_model(str(path))  # a path, so that external data is checked too
+    if external_data:  # the graph names its weights file: both are written under their final names
+        for stale in (path, path.with_name(path.name + ".data")):
+            stale.unlink(missing_ok=True)
+        program.save(str(path), external_data=True)
+        onnx.checker.check_model(str(path))  # a path, so that external data is checked too
+        return path
+    with atomic_path(path) as tmp:  # a reader (another session, a later run) sees the old file or the new one
+        program.save(str(tmp), external_data=False)
+        onnx.checker.check_model(str(tmp))
+    path.with_name(path.name + ".data").unlink(missing_ok=True)  # an earlier export's weights, now unused
     return path
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO_ROOT: Path = Path(__file__).resolve().parents[1]
@@ -69,6 +70,35 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same suffix, so tools that check it accept it) for a library to write
+    to; when the block ends without an error it is renamed over ``path`` in one step, otherwise removed. A
+    reader never sees half a file: ``with atomic_path(p) as tmp: torch.save(state, tmp)``."""
+    path = Path(path)
+    ensure_dir(path.parent)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def check_file_name(argument: str, name: object) -> str:
+    """``name`` if it names a file inside a folder of the course (no folder part, no ``..``), else one line."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"{argument}={name!r}: pass a non-empty file name, e.g. {argument}='resnet18'")
+    if "/" in name or "\\" in name or name in (".", "..") or name.startswith(".") or "\0" in name:
+        raise ValueError(
+            f"{argument}={name!r} is not a plain file name (no folders, no leading dot): the file goes in the "
+            f"course's outputs folder; pass e.g. {argument}='resnet18'"
+        )
+    return name
 
 
 class ShippedDataError(ValueError):

@@ -21,7 +21,7 @@ from typing import Any
 from .checks import check_callable, check_int
 from .device import DeviceLike, choose_device, sync
 from .noise import profiler_markers_silenced
-from .paths import output_subdir
+from .paths import atomic_path, check_file_name, output_subdir
 
 #: the op every read-back of a value to Python goes through (.item(), bool(t), int(t)), once per read-back
 READ_BACK = "aten::_local_scalar_dense"
@@ -79,7 +79,7 @@ def record_trace(
     check_int("warmup", warmup, minimum=0, hint="pass how many calls run before recording, e.g. 1")
     dev = choose_device(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
-    path = traces_dir() / f"{name}.json"
+    path = traces_dir() / f"{check_file_name('name', name)}.json"
     with quiet_profile(
         activities=activities,
         schedule=schedule(wait=0, warmup=warmup, active=steps, repeat=1),
@@ -91,26 +91,22 @@ def record_trace(
             fn()
             sync(dev)
             quiet_step(prof)
-    prof.export_chrome_trace(str(path))
+    with atomic_path(path) as tmp:  # a trace viewer never opens half a trace
+        prof.export_chrome_trace(str(tmp))
     return prof, path
-
-
-def contiguous_strides(shape: list[int]) -> list[int]:
-    """The strides of a contiguous (row-major) tensor of ``shape``."""
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return list(reversed(strides))
 
 
 def noncontiguous_inputs(df: Any, op: str) -> int:
     """How many calls of ``op`` got a first input that is not contiguous (needs ``record_shapes=True``)."""
+    import torch
+
     count = 0
     for args in df[df["name"] == op]["args"]:
         dims, strides = args.get("Input Dims", []), args.get("Input Strides", [])
-        if dims and strides and dims[0] and strides[0] and list(strides[0]) != contiguous_strides(list(dims[0])):
-            count += 1
+        if not (dims and strides and dims[0] and strides[0]):
+            continue
+        contiguous = torch.empty(dims[0], device="meta").stride()  # row-major strides of that shape
+        count += tuple(strides[0]) != contiguous
     return count
 
 
@@ -181,10 +177,3 @@ def input_types(df: Any, op: str) -> set[str]:
     for args in df[df["name"] == op]["args"]:
         types.update(t for t in args.get("Input type", []) if t)
     return types
-
-
-def clean_traces(keep: int = 0) -> None:
-    """Remove recorded traces (all, or all but the ``keep`` newest)."""
-    files = sorted(traces_dir().glob("*.json"), key=lambda p: p.stat().st_mtime)
-    for path in files[: len(files) - keep] if keep else files:
-        path.unlink(missing_ok=True)

@@ -7,6 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.paths import write_atomic  # noqa: E402
+
 
 def replace(text: str, start: str, end: str, block: str) -> str:
     """``text`` with what lies between the ``start`` and ``end`` markers replaced by ``block``."""
@@ -34,7 +37,7 @@ def main(description: str, blocks: dict[Path, tuple[str, str, str]], script: str
         if updated != text:
             stale.append(path.name)
             if args.write:
-                path.write_text(updated, encoding="utf-8")
+                write_atomic(path, updated)  # a reader never sees half a README
     if args.check and stale:
         print(f"out of date: {', '.join(stale)}; run {script} --write", file=sys.stderr)
         return 1

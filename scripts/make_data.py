@@ -10,11 +10,15 @@ Then retrain the classifier: .venv/bin/python scripts/train_digits.py
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.paths import atomic_path, write_atomic  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -38,15 +42,16 @@ def make_digits() -> None:
     images = digits.images.astype(np.uint8)  # values 0..16
     labels = digits.target.astype(np.uint8)
     train_idx, test_idx = train_test_split(np.arange(len(labels)), test_size=0.2, stratify=labels, random_state=0)
-    torch.save(
-        {
-            "images": torch.from_numpy(images),
-            "labels": torch.from_numpy(labels),
-            "train_index": torch.from_numpy(np.sort(train_idx)),
-            "test_index": torch.from_numpy(np.sort(test_idx)),
-        },
-        DATA / "digits.pt",
-    )
+    with atomic_path(DATA / "digits.pt") as tmp:
+        torch.save(
+            {
+                "images": torch.from_numpy(images),
+                "labels": torch.from_numpy(labels),
+                "train_index": torch.from_numpy(np.sort(train_idx)),
+                "test_index": torch.from_numpy(np.sort(test_idx)),
+            },
+            tmp,
+        )
     print(f"digits.pt: {len(labels)} images, {len(train_idx)} train / {len(test_idx)} test")
 
 
@@ -58,14 +63,15 @@ def make_photos() -> None:
     for name, (file, licence) in PHOTOS.items():
         image = Image.fromarray(getattr(skimage.data, name)()).convert("RGB")
         image.thumbnail((MAX_SIDE, MAX_SIDE), Image.Resampling.LANCZOS)
-        image.save(out / file, quality=88, optimize=True)
+        with atomic_path(out / file) as tmp:
+            image.save(tmp, quality=88, optimize=True)
         print(f"photos/{file}: {image.size[0]}×{image.size[1]}, {licence}")
 
 
 def write_checksums() -> None:
     files = sorted(p for p in DATA.rglob("*") if p.is_file() and p.suffix in {".pt", ".jpg", ".json"})
     lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(DATA)}" for p in files]
-    (DATA / "checksums.sha256").write_text("\n".join(lines) + "\n")
+    write_atomic(DATA / "checksums.sha256", "\n".join(lines) + "\n")
     print(f"checksums.sha256: {len(lines)} files")
 
 

@@ -17,6 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from helpers.data import load_digits  # noqa: E402
 from helpers.models import DIGITS_CHECKPOINT, DIGITS_METRICS, DigitsCNN, accuracy, train_classifier  # noqa: E402
+from helpers.paths import atomic_path, write_atomic  # noqa: E402
 
 EPOCHS = 40
 BATCH = 64
@@ -30,7 +31,8 @@ def main() -> None:
     model.eval()
     test_acc = accuracy(model, x_test, y_test)
     train_acc = accuracy(model, x_train, y_train)
-    torch.save(model.state_dict(), DIGITS_CHECKPOINT)
+    with atomic_path(DIGITS_CHECKPOINT) as tmp:  # never half a checkpoint, even if interrupted
+        torch.save(model.state_dict(), tmp)
     metrics = {
         "test_accuracy": test_acc,
         "test_correct": round(test_acc * len(y_test)),
@@ -43,7 +45,7 @@ def main() -> None:
         "torch": torch.__version__,
         "trained_on": dt.date.today().isoformat(),
     }
-    DIGITS_METRICS.write_text(json.dumps(metrics, indent=2) + "\n")
+    write_atomic(DIGITS_METRICS, json.dumps(metrics, indent=2) + "\n")
     print(json.dumps(metrics, indent=2))
     from make_data import write_checksums  # scripts/ is on sys.path when this file runs as a script
 

@@ -67,3 +67,32 @@ def test_ensure_dir_refuses_in_one_line(tmp_path):
     with pytest.raises(paths.OutputsNotWritable, match="COURSE_OUTPUTS") as info:
         paths.ensure_dir(blocker / "sub")
     assert one_line(info.value)
+
+
+def test_atomic_path_renames_only_a_complete_file(tmp_path):
+    from helpers.paths import atomic_path
+
+    target = tmp_path / "model.onnx"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        assert tmp.suffix == ".onnx" and tmp.parent == tmp_path
+        tmp.write_text("half a fi")
+        raise RuntimeError("interrupted mid-write")
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+    with atomic_path(target) as tmp:
+        tmp.write_text("new")
+    assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "", ".hidden", None, 3, "a\\b"])
+def test_trace_and_export_names_cannot_leave_the_outputs_folder(name):
+    import torch
+
+    from helpers import onnxrt, profiling
+
+    with pytest.raises(ValueError, match="name=") as info:
+        profiling.record_trace(lambda: None, name)
+    assert one_line(info.value)
+    with pytest.raises(ValueError, match="name=") as info:
+        onnxrt.export(torch.nn.Linear(2, 2), torch.randn(2, 2), name)
+    assert one_line(info.value)
