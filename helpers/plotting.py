@@ -27,18 +27,38 @@ GOOD, BAD, NEUTRAL = "#2a9d8f", "#e76f51", "#577590"
 PALETTE = [NEUTRAL, GOOD, "#f4a261", "#8e6c8a", "#e9c46a", "#264653", BAD]
 
 
-def apply_style() -> None:
-    plt.rcParams.update(STYLE)
+def style() -> Any:
+    """The course's look for the figures made inside the block, leaving the learner's own matplotlib settings
+    (``rcParams``) as they were: ``with plotting.style(): fig, ax = plt.subplots()``."""
+    return plt.style.context(STYLE)
+
+
+def subplots(*args: Any, **kwargs: Any) -> Any:
+    """``plt.subplots(...)`` in the course's look (:func:`style`); draw on the axes it returns as usual."""
+    with style():
+        return plt.subplots(*args, **kwargs)
+
+
+def _styled(fn: Any) -> Any:
+    """Run a plotting function inside :func:`style`."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with style():
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 _time_unit = time_unit
 
 
+@_styled
 def bars(measurements: Sequence[Measurement], title: str = "", ax: Any = None, log: bool = False) -> Any:
     """Median time of each measurement, with its interquartile range as the error bar."""
     if not measurements:
         raise ValueError("bars() needs at least one Measurement.")
-    apply_style()
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots()
     scale, unit = _time_unit(max(m.median for m in measurements))
     med = np.array([m.median for m in measurements]) / scale
@@ -58,11 +78,11 @@ def bars(measurements: Sequence[Measurement], title: str = "", ax: Any = None, l
     return fig
 
 
+@_styled
 def vs_batch(batches: Sequence[int], measurements: Sequence[Measurement], title: str = "", label: str = "") -> Any:
     """Two panels: throughput (items/s) and latency per batch (median with p25–p95 band) against batch."""
     if len(batches) != len(measurements) or not batches:
         raise ValueError("vs_batch() needs one Measurement per batch size, and at least one.")
-    apply_style()
     fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(11, 4))
     b = np.asarray(batches)
     thr = np.array([n / m.median for n, m in zip(batches, measurements, strict=True)])
@@ -87,6 +107,7 @@ def vs_batch(batches: Sequence[int], measurements: Sequence[Measurement], title:
     return fig
 
 
+@_styled
 def roofline(rf: Roofline, points: Sequence[tuple[Any, ...]] = (), title: str = "", dtype: str = "fp32") -> Any:
     """The roofline of ``rf`` (one roof per measured float dtype) with workloads placed on it.
 
@@ -94,7 +115,6 @@ def roofline(rf: Roofline, points: Sequence[tuple[Any, ...]] = (), title: str = 
     roof the point is judged against (default ``dtype``). A point above its roof is drawn clamped onto it as
     a hollow marker with an arrow (never above it), and listed in the caption: :meth:`Roofline.place` says
     why it happened."""
-    apply_style()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     lo = min([0.01] + [p[1] / 2 for p in points])
     hi = max([1e4] + [p[1] * 2 for p in points])
@@ -138,6 +158,7 @@ def roofline(rf: Roofline, points: Sequence[tuple[Any, ...]] = (), title: str = 
     return fig
 
 
+@_styled
 def waterfall(
     steps: Sequence[str],
     values: Sequence[float],
@@ -154,7 +175,6 @@ def waterfall(
         raise ValueError("waterfall() needs one value per step, and at least one step.")
     if measurements is not None and len(measurements) != len(steps):
         raise ValueError(f"waterfall() got {len(measurements)} measurements for {len(steps)} steps; pass one per step.")
-    apply_style()
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(steps)), 4.0))
     colors = [NEUTRAL]
     if measurements is not None:
@@ -186,6 +206,7 @@ def waterfall(
     return fig
 
 
+@_styled
 def lines(
     x: Sequence[float],
     series: dict[str, Sequence[float]],
@@ -201,7 +222,6 @@ def lines(
     line ``hline = (label, y)`` such as a roof."""
     if not series or any(len(ys) != len(x) for ys in series.values()):
         raise ValueError("lines() needs at least one series, each with one value per x.")
-    apply_style()
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots()
     for i, (label, ys) in enumerate(series.items()):
         ax.plot(x, ys, "o-", color=PALETTE[i % len(PALETTE)], label=label)

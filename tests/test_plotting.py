@@ -23,12 +23,26 @@ def test_bars_one_bar_per_measurement_with_error_bars():
     assert ax.patches[1].get_facecolor()[:3] == pytest.approx(plt.matplotlib.colors.to_rgb(plotting.BAD))
 
 
-def test_vs_batch_two_panels():
+def test_vs_batch_plots_items_per_second_and_the_median_latency():
     batches = [1, 2, 4, 8]
-    fig = plotting.vs_batch(batches, [_m(str(b), 1e-3 * (1 + b / 4)) for b in batches])
-    assert len(fig.axes) == 2
-    throughput = fig.axes[0].lines[0].get_ydata()
-    assert list(throughput) == sorted(throughput)  # throughput grows in this synthetic curve
+    measurements = [_m(str(b), 1e-3 * (1 + b / 4)) for b in batches]
+    fig = plotting.vs_batch(batches, measurements)
+    throughput, latency = fig.axes[0].lines[0], fig.axes[1].lines[0]
+    assert list(throughput.get_xdata()) == batches
+    assert list(throughput.get_ydata()) == pytest.approx(
+        [b / m.median for b, m in zip(batches, measurements, strict=True)]
+    )
+    assert "ms" in fig.axes[1].get_ylabel()  # medians of 1.25–3 ms are shown in ms
+    assert list(latency.get_ydata()) == pytest.approx([m.median * 1e3 for m in measurements])
+
+
+def test_the_course_style_leaves_the_learners_settings_alone():
+    before = dict(plt.rcParams)
+    fig = plotting.bars([_m("eager", 2e-3)])
+    assert dict(plt.rcParams) == before  # a style context, not a global rcParams change
+    assert not fig.axes[0].spines["top"].get_visible()  # but the figure has the course's look
+    fig, ax = plotting.subplots()
+    assert not ax.spines["right"].get_visible() and dict(plt.rcParams) == before
 
 
 def test_roofline_plot_has_a_roof_per_dtype_and_points():
