@@ -397,7 +397,9 @@ def _driver_version() -> str | None:
 
 
 def environment_report(device: DeviceLike = None) -> dict[str, Any]:
-    """What machine am I on: versions, device, CPU, threads and memory, as a flat dict."""
+    """What machine am I on: versions, device, CPU, threads and memory, as a flat dict (stored with every result).
+
+    For a bug report to PyTorch, ``python -m torch.utils.collect_env`` gives the full environment."""
     import psutil
 
     device = choose_device(device)

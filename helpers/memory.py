@@ -6,8 +6,7 @@
   live tensor bytes the call added. (It does not see memory a kernel library allocates internally, such as
   oneDNN scratch space; nor tensors made in other threads, the dispatch mode being per thread; and a
   ``torch.compile``d function runs eagerly while a dispatch mode is active, so its eager peak is what it
-  measures.) ``rss_peak_growth`` samples the process's resident memory instead: closer to what
-  the OS sees, but blind to memory the allocator reuses.
+  measures.)
 
 Surviving a full device (``free_memory``, ``run_with_oom_backoff``, the simulated ``with_memory_cap``) is
 :mod:`helpers.oom`'s; those names are re-exported here.
@@ -16,7 +15,6 @@ Surviving a full device (``free_memory``, ``run_with_oom_backoff``, the simulate
 from __future__ import annotations
 
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +22,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .checks import check_callable, check_int
+from .checks import check_callable
 from .device import DeviceLike, choose_device, sync
 
 # out-of-memory handling lives in one module; these names stay importable from here (notebook 07 uses them)
@@ -83,35 +81,6 @@ def peak_allocated_bytes(fn: Callable[[], Any], device: DeviceLike = None) -> in
         result = fn()
     del result
     return tracker.peak
-
-
-def rss_peak_growth(fn: Callable[[], Any], calls: int = 1) -> int:
-    """Growth of the process's resident memory (RSS) while ``fn()`` runs ``calls`` times, sampled every
-    ~0.2 ms by a thread. Misses spikes shorter than that, and memory the allocator reuses."""
-    check_callable("fn", fn, hint="rss_peak_growth() needs a function of no arguments, e.g. lambda: model(x)")
-    check_int("calls", calls, hint="pass how many times to call fn, e.g. 1")
-    import psutil
-
-    process = psutil.Process()
-    base = process.memory_info().rss
-    peak = base
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, process.memory_info().rss)
-            time.sleep(0.0002)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        for _ in range(calls):
-            fn()
-    finally:
-        done.set()
-        sampler.join()
-    return max(0, max(peak, process.memory_info().rss) - base)
 
 
 def cuda_memory(device: DeviceLike = "cuda") -> dict[str, int]:

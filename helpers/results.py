@@ -250,10 +250,6 @@ def load_results(path: str | os.PathLike[str] | None = None) -> Any:
     return to_frame(records)
 
 
-def reference_files() -> list[Path]:
-    return sorted(REFERENCE_DIR.glob("*.jsonl"))
-
-
 def load_reference(
     notebook: str | None = None,
     experiment: str | None = None,

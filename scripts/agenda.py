@@ -24,9 +24,9 @@ CPU, GPU = "cpu-intel-xeon-2cpu", "cuda-nvidia-h200"
 #: a CPU like most x86 laptops in what it lacks (AVX2 only: no AVX-512, no AMX, no bf16/fp16/VNNI units)
 CPU_NO_AVX512 = "cpu-amd-epyc-2cpu"
 
-#: minutes of teaching around each notebook (explaining, discussing results) and for its exercises:
-#: the half day keeps to the core, the full day leaves room for every exercise and the discussion of results
-HALF_DAY_MINUTES = {"talk": 20, "exercises": 15}
+#: minutes of teaching around each notebook (explaining, discussing results) and for its exercises: the half
+#: day keeps to the core (one exercise per notebook, 10 min), the full day leaves room for every exercise (15 min)
+HALF_DAY_MINUTES = {"talk": 20, "exercises": 10}
 FULL_DAY_MINUTES = {"talk": 20, "exercises": 15}
 #: what a GPU adds to each notebook's lesson ("no": the whole lesson runs on a CPU)
 GPU_PARTS = {

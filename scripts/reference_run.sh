@@ -3,9 +3,10 @@
 #
 #   scripts/reference_run.sh OUT [TOTAL_SECONDS] [full_run.py options…]
 #
-# Runs scripts/full_run.py with the interpreter on PATH (python3: a GPU image's own torch), the plain executor
-# when Jupyter is missing, work files in /tmp so that only a few files come back, and a total time limit after
-# which whatever was measured is still collected. Leaves under OUT: results.jsonl (every record made, also
+# Runs scripts/full_run.py with the interpreter on PATH (python3: a GPU image's own torch), in a Jupyter kernel
+# (the carried wheels of scripts/gpu-wheels.txt; the plain executor only if they are missing), work files in
+# /tmp so that only a few files come back, and a total time limit after which whatever was measured is still
+# collected. Leaves under OUT: results.jsonl (every record made, also
 # after a timeout), summary.json (environment + per-notebook status, also after a timeout), environment.txt
 # (nvidia-smi, package versions), executed.tgz (the executed notebooks) and log.txt.
 set -u
@@ -16,6 +17,12 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${COURSE_WORK:-/tmp/course-work}
 py=${PYTHON:-python3}
 mkdir -p "$out"
+# The wheels a machine without Jupyter needs (scripts/gpu-wheels.txt, downloaded by scripts/gpu_wheels.sh into
+# .whl and carried): installed beside the image's own packages, so the notebooks run in a Jupyter kernel.
+if [ -d "$repo/.whl" ] && ! "$py" -c "import papermill, nbclient, ipykernel" 2>/dev/null; then
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$repo"/.whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 # (an earlier run's results in $work are moved aside by full_run.py, never deleted)
 {
   date -u +%Y-%m-%dT%H:%M:%SZ

@@ -218,7 +218,7 @@ def test_compiled_step_matches_eager_and_compiles_once(model, prompt):
     model.clear_cache()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
+@pytest.mark.gpu(reason="CUDA graphs need a CUDA GPU")
 def test_cuda_graph_step_matches_eager():
     from torch._dynamo.utils import counters
 

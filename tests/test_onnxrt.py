@@ -94,7 +94,7 @@ def test_cpu_only_onnxruntime_beside_a_cuda_torch(monkeypatch):
     assert onnxrt.provider_status("CPUExecutionProvider")[0]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="IO binding needs a CUDA GPU")
+@pytest.mark.gpu(reason="IO binding needs a CUDA GPU")
 def test_io_binding_keeps_tensors_on_the_gpu_and_converts_dtypes(cnn_path):
     model, path = cnn_path
     if not onnxrt.provider_works("CUDAExecutionProvider"):

@@ -70,7 +70,7 @@ def test_cuda_prefetcher_refuses_a_cpu_device():
     assert one_line(info.value)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA streams need a GPU")
+@pytest.mark.gpu(reason="CUDA streams need a GPU")
 def test_cuda_prefetcher_delivers_the_same_batches_on_the_gpu():
     batches = [(torch.randn(4, 8).pin_memory(), torch.arange(4)) for _ in range(5)]
     out = list(pipeline.CudaPrefetcher(batches, "cuda"))

@@ -39,11 +39,6 @@ def test_trace_answers_the_capstone_questions(capfd):
     assert "count" in top.columns and len(top) == 3
 
 
-def test_contiguous_strides():
-    assert profiling.contiguous_strides([2, 3, 4, 5]) == [60, 20, 5, 1]
-    assert torch.empty(2, 3, 4, 5).stride() == tuple(profiling.contiguous_strides([2, 3, 4, 5]))
-
-
 def test_device_gaps_from_a_synthetic_timeline():
     df = pd.DataFrame(
         {

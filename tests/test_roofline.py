@@ -228,7 +228,7 @@ def test_h2d_needs_a_gpu(no_gpu):
     assert one_line(info.value)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="host→device copies exist only with a GPU")
+@pytest.mark.gpu(reason="host→device copies exist only with a GPU")
 def test_h2d_on_gpu():
     bw, m = rl.h2d_bandwidth(nbytes=16 * 2**20, repeats=3)
     assert bw == pytest.approx(16 * 2**20 / m.min)

@@ -182,7 +182,7 @@ def test_torch_workload_and_items_give_throughput():
     assert m.throughput == pytest.approx(64 / m.median)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA events exist only on a GPU")
+@pytest.mark.gpu(reason="CUDA events exist only on a GPU")
 def test_cuda_uses_events():
     x = torch.randn(256, 256, device="cuda")
     m = benchmark(torch.mm, x, x, repeats=5)

@@ -1,0 +1,67 @@
+"""pyproject.toml names what `helpers` imports (the base dependencies, or an extra for what only some lessons
+need), and requirements.txt pins every one of them exactly."""
+
+import ast
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# import name → distribution name, where they differ
+DISTRIBUTION = {"PIL": "pillow", "pynvml": "nvidia-ml-py", "onnxruntime": "onnxruntime-gpu", "IPython": "ipython"}
+
+
+def _imports() -> set[str]:
+    names = set()
+    for path in (REPO / "helpers").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return {n for n in names if n not in sys.stdlib_module_names and n != "helpers"}
+
+
+def _project():
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+
+def test_every_import_of_helpers_is_a_declared_dependency():
+    project = _project()
+    declared = set(project["dependencies"]) | {d for extra in project["optional-dependencies"].values() for d in extra}
+    missing = sorted(
+        DISTRIBUTION.get(name, name) for name in _imports() if DISTRIBUTION.get(name, name) not in declared
+    )
+    assert not missing, f"helpers imports {missing}: add them to pyproject.toml (dependencies or an extra)"
+    assert {"torch", "numpy", "pandas"} <= set(project["dependencies"])
+
+
+def test_every_declared_dependency_is_pinned_exactly():
+    pins = {}
+    for line in (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version and re.fullmatch(r"[\w.+]+", version.strip()), f"not an exact pin: {line!r}"
+            pins[name.strip().lower()] = version.strip()
+    project = _project()
+    for dep in [*project["dependencies"], *(d for extra in project["optional-dependencies"].values() for d in extra)]:
+        assert dep.lower() in pins, f"{dep} is declared in pyproject.toml but not pinned in requirements.txt"
+
+
+def test_the_gpu_wheel_list_pins_what_requirements_pin():
+    """scripts/gpu-wheels.txt (the wheels carried to a GPU machine without Jupyter) has the course's executor and
+    torchao at requirements.txt's versions, one version of each, exact pins only."""
+
+    def pins(path):
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")]
+        names = [line.partition("==")[0].lower().replace("_", "-") for line in lines]
+        assert len(names) == len(set(names)), f"{path.name}: one version of each package"
+        return {n: line.partition("==")[2] for n, line in zip(names, lines, strict=True)}
+
+    wheels, required = pins(REPO / "scripts" / "gpu-wheels.txt"), pins(REPO / "requirements.txt")
+    for name in ("papermill", "nbclient", "nbformat", "ipykernel", "ipywidgets", "torchao"):
+        assert wheels.get(name) == required[name], (
+            f"{name}: gpu-wheels.txt has {wheels.get(name)}, requirements.txt {required[name]}"
+        )
+    assert all(v for v in wheels.values())
