@@ -12,17 +12,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from .checks import check_callable, check_int, check_number
+from .checks import check_callable, check_int, check_ints, check_number, check_numbers
 
 # the OOM-safe search and the simulated cap live with the rest of the out-of-memory handling; importable from here
 from .oom import FitSearch, largest_fitting_batch, memory_capped  # noqa: F401 - re-exported
 
 
 def _check_curve(batches: Sequence[int], values: Sequence[float], name: str) -> None:
-    if len(batches) == 0 or len(batches) != len(values):
-        raise ValueError(f"need one {name} per batch size, and at least one batch size.")
-    if any(b < 1 for b in batches) or list(batches) != sorted(batches):
-        raise ValueError("batch sizes must be positive and in increasing order.")
+    check_ints("batches", batches, hint="pass the batch sizes measured, e.g. [1, 2, 4, 8]")
+    check_numbers(f"{name}s", values, minimum=0, hint=f"pass one measured {name} per batch size")
+    if len(batches) != len(values):
+        raise ValueError(f"need one {name} per batch size: got {len(batches)} batch sizes and {len(values)} values.")
+    if list(batches) != sorted(set(batches)):
+        raise ValueError(f"batches={list(batches)!r}: batch sizes must be distinct and in increasing order.")
 
 
 def sweep(
@@ -54,10 +56,7 @@ def sweep(
 
     check_callable("model", model, hint="sweep() needs a model and a make_input(batch) function")
     check_callable("make_input", make_input, hint="sweep() needs a model and a make_input(batch) function")
-    if not batches:
-        raise ValueError(f"batches={batches!r} is empty: pass a list of batch sizes ≥ 1, e.g. [1, 8, 64].")
-    for b in batches:
-        check_int("batch", b, hint="pass batches as a list of integers ≥ 1, e.g. [1, 8, 64]")
+    check_ints("batches", batches, hint="pass a list of batch sizes ≥ 1, e.g. [1, 8, 64]")
     iterator: Any = batches
     if progress:
         from tqdm.auto import tqdm
@@ -66,6 +65,13 @@ def sweep(
     rows, measurements = [], []
     for b in iterator:
         x = make_input(b)
+        first = x[0] if isinstance(x, (tuple, list)) and x else x
+        if not isinstance(first, torch.Tensor) or first.dim() == 0 or first.shape[0] != b:
+            shape = tuple(first.shape) if isinstance(first, torch.Tensor) else type(first).__name__
+            raise ValueError(
+                f"make_input({b}) gave {shape}, not a batch of {b}: the throughput would count items that were "
+                "not run; make it build b inputs, e.g. lambda b: x[:b]"
+            )
         with torch.inference_mode():
             m = benchmark(
                 model,
@@ -103,7 +109,8 @@ def find_knee(batches: Sequence[int], throughputs: Sequence[float], within: floa
     Past the knee, bigger batches buy little throughput but cost latency and memory.
     """
     _check_curve(batches, throughputs, "throughput")
-    if not 0 <= within < 1:
+    check_number("within", within, minimum=0, hint="pass a fraction in [0, 1), e.g. 0.1 for 10 %")
+    if not within < 1:
         raise ValueError(f"within={within} must be a fraction in [0, 1), e.g. 0.1 for 10 %.")
     best = max(throughputs)
     return next(b for b, t in zip(batches, throughputs, strict=True) if t >= (1 - within) * best)
@@ -164,7 +171,12 @@ class ServingResult:
 def is_stable(rate: float, max_batch: int, service: Callable[[int], float]) -> bool:
     """Whether a server with this max batch can keep up with ``rate`` at all: full batches must be served
     faster than they arrive. Otherwise the queue, and the latency, grow without bound."""
-    return rate < max_batch / service(max_batch)
+    check_number("rate", rate, positive=True, hint="pass the arrival rate in requests per second, e.g. 100")
+    check_int("max_batch", max_batch, hint="pass the largest batch the server forms, e.g. 32")
+    check_callable("service", service, hint="pass a function batch size → seconds, e.g. latency_model(...)")
+    seconds = service(max_batch)
+    check_number("service(max_batch)", seconds, positive=True, hint="service must return a positive time in seconds")
+    return rate < max_batch / seconds
 
 
 def simulate_server(
@@ -177,7 +189,8 @@ def simulate_server(
     check_number("rate", rate, positive=True, hint="pass the arrival rate in requests per second, e.g. 100")
     check_int("max_batch", max_batch, hint="pass the largest batch the server forms, e.g. 32")
     check_number("timeout", timeout, minimum=0, hint="pass how long (seconds) the oldest request may wait, e.g. 0.002")
-    check_int("n_requests", n_requests, hint="pass how many requests to simulate, e.g. 5000")
+    check_int("n_requests", n_requests, maximum=10**7, hint="pass how many requests to simulate, e.g. 5000")
+    check_callable("service", service, hint="pass a function batch size → seconds, e.g. latency_model(...)")
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1 / rate, n_requests))
     latencies = np.empty(n_requests)

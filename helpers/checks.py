@@ -69,3 +69,42 @@ def check_choice(name: str, value: Any, choices: Iterable[Any], hint: str = "") 
     if value not in options:
         raise _fail(name, value, "one of " + ", ".join(repr(c) for c in options), hint)
     return value
+
+
+def check_instance(name: str, value: Any, kind: type | tuple[type, ...], hint: str = "") -> Any:
+    """``value`` must be an instance of ``kind`` (a class or a tuple of classes); returns it."""
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        wanted = " or ".join(k.__name__ for k in kinds)
+        raise TypeError(f"{name} must be a {wanted}, got {type(value).__name__}" + (f"; {hint}" if hint else "."))
+    return value
+
+
+def check_tensor(name: str, value: Any, ndim: int | None = None, nonempty: bool = True, hint: str = "") -> Any:
+    """``value`` must be a torch.Tensor (with ``ndim`` dimensions if given, not empty if ``nonempty``)."""
+    import torch
+
+    check_instance(name, value, torch.Tensor, hint)
+    if ndim is not None and value.dim() != ndim:
+        raise _fail(name, f"a tensor of shape {tuple(value.shape)}", f"a {ndim}-d tensor", hint)
+    if nonempty and value.numel() == 0:
+        raise _fail(name, f"an empty tensor of shape {tuple(value.shape)}", "a tensor with elements", hint)
+    return value
+
+
+def check_numbers(
+    name: str, values: Any, *, positive: bool = False, minimum: float | None = None, hint: str = ""
+) -> list[float]:
+    """``values`` must be a non-empty sequence of finite real numbers (each checked as :func:`check_number`)."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) == 0:
+        raise _fail(name, values, "a non-empty list of numbers", hint)
+    return [
+        check_number(f"{name}[{i}]", v, positive=positive, minimum=minimum, hint=hint) for i, v in enumerate(values)
+    ]
+
+
+def check_ints(name: str, values: Any, minimum: int | None = 1, hint: str = "") -> list[int]:
+    """``values`` must be a non-empty sequence of integers ≥ ``minimum``."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) == 0:
+        raise _fail(name, values, "a non-empty list of integers", hint)
+    return [check_int(f"{name}[{i}]", v, minimum=minimum, hint=hint) for i, v in enumerate(values)]

@@ -8,12 +8,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from .checks import check_choice, check_int
+from .checks import check_choice, check_int, check_tensor
 from .paths import DATA_DIR, verify_shipped
 
 DIGITS_FILE = DATA_DIR / "digits.pt"
@@ -39,6 +40,7 @@ def load_digits_raw(split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
 
 def digits_to_float(images: torch.Tensor) -> torch.Tensor:
     """Raw digits (uint8 ``N×8×8``, 0…16) → the models' input: float32 ``N×1×8×8`` scaled to [0, 1]."""
+    check_tensor("images", images, ndim=3, hint="pass raw digits, N×8×8 uint8, as load_digits_raw returns")
     return images.to(torch.float32).div(16.0).unsqueeze(1)
 
 
@@ -72,6 +74,8 @@ def read_photo(path: str | Path) -> torch.Tensor:
     from PIL import Image
     from torchvision.transforms.v2.functional import pil_to_tensor
 
+    if not isinstance(path, (str, os.PathLike)) or str(path) == "":
+        raise TypeError(f"path must be the path of a JPEG file, got {path!r}; e.g. photo_paths()[0]")
     path = Path(path)
     if path.resolve().is_relative_to(DATA_DIR.resolve()):
         verify_shipped(path, DATA_DIR)  # a shipped photo is checked; a learner's own is read as it is

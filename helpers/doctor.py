@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .checks import check_callable, check_int
+from .checks import check_callable, check_instance, check_int
 from .device import DeviceLike, choose_device
 from .modes import pick
 from .opcount import OpCount, count_ops  # the op/FLOP/byte accounting, re-exported: doctor.count_ops
@@ -102,6 +102,7 @@ def diagnose(
     compute roof to compare against.
     """
     check_callable("model", model, hint="diagnose() needs a model or function, e.g. diagnose(model, x, rf)")
+    check_instance("rf", rf, Roofline, hint="pass this machine's roofline, e.g. roofline.get_roofline(device)")
     if not isinstance(example, torch.Tensor) or example.dim() == 0:
         raise ValueError("diagnose() needs an example input tensor with a batch dimension, e.g. torch.randn(8, 784).")
     if not -example.dim() <= batch_dim < example.dim():

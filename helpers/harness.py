@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .checks import check_callable, check_int
+from .checks import check_callable, check_int, check_tensor
 from .device import DeviceLike, choose_device
 from .memory import peak_allocated_bytes
 from .models import accuracy
@@ -28,6 +28,8 @@ def model_size_bytes(model: torch.nn.Module) -> int:
 
 def agreement(reference: torch.Tensor, output: torch.Tensor) -> dict[str, float]:
     """How close a variant's logits are to the fp32 reference: max absolute difference and top-1 agreement."""
+    check_tensor("reference", reference, hint="pass the fp32 model's logits")
+    check_tensor("output", output, hint="pass the variant's logits on the same inputs")
     if reference.shape != output.shape:
         raise ValueError(f"shapes differ: reference {tuple(reference.shape)} vs output {tuple(output.shape)}.")
     ref, out = reference.float().cpu(), output.float().cpu()

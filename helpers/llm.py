@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import check_callable, check_choice, check_int
+from .checks import check_callable, check_choice, check_instance, check_int
 
 __all__ = [
     "GPTConfig",
@@ -264,6 +264,7 @@ def _check_ids(name: str, ids: torch.Tensor, vocab_size: int) -> None:
 
 
 def _check_tokens(model: GPT, prompt: torch.Tensor, new_tokens: int) -> None:
+    check_instance("model", model, GPT, hint="pass a helpers.llm.GPT, e.g. GPT(GPTConfig())")
     if isinstance(prompt, torch.Tensor) and prompt.device != model.device:
         raise ValueError(
             f"the prompt is on {prompt.device} and the model on {model.device}: "
@@ -379,6 +380,7 @@ def _decode(
 def linear_weight_bytes(model: nn.Module) -> int:
     """Bytes of the matrices every decoding step reads in full: the Linear weights (quantized ones included:
     their int8 data plus scales), not the embedding tables (a step reads one row of each)."""
+    check_instance("model", model, nn.Module, hint="pass the model, e.g. a helpers.llm.GPT")
     total = 0
     for module in model.modules():
         if isinstance(module, nn.Linear):
@@ -399,11 +401,17 @@ def decode_weight_bytes(model: nn.Module) -> int:
 
 def kv_cache_bytes(config: GPTConfig, batch: int, length: int, bytes_per_element: int = 4) -> int:
     """Bytes of a KV cache: keys and values (2) × layers × batch × length × dim."""
+    check_instance("config", config, GPTConfig, hint="pass the model's GPTConfig, e.g. model.config")
+    check_int("batch", batch, maximum=2**20)
+    check_int("length", length, maximum=2**30)
+    check_int("bytes_per_element", bytes_per_element, maximum=16)
     return 2 * config.n_layer * batch * length * config.dim * bytes_per_element
 
 
 def flops_per_token(config: GPTConfig, context: int) -> float:
     """FLOPs to process one token that attends to ``context`` positions: 2 per weight of every matmul, plus
     the attention scores and the weighted sum (2 × 2 × context × dim per layer)."""
+    check_instance("config", config, GPTConfig, hint="pass the model's GPTConfig, e.g. model.config")
+    check_int("context", context, minimum=0, maximum=2**30, hint="pass how many positions the token attends to")
     matmul_weights = config.n_layer * 12 * config.dim**2 + config.dim * config.vocab_size
     return 2.0 * matmul_weights + 4.0 * config.n_layer * context * config.dim

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .checks import check_callable, check_int
+from .checks import check_callable, check_instance, check_int, check_number, check_tensor
 from .device import DeviceLike, choose_device
 from .paths import DATA_DIR, verify_shipped
 
@@ -72,6 +72,12 @@ def train_classifier(
 
     ``shift_augment`` rolls each batch by up to one pixel so the model does not memorise positions.
     """
+    check_instance("model", model, nn.Module, hint="pass the model to train, e.g. DigitsCNN()")
+    check_tensor("images", images, hint="pass the training images, N×1×8×8, e.g. load_digits('train')[0]")
+    check_tensor("labels", labels, ndim=1, hint="pass one class index per image, a 1-d tensor")
+    if len(images) != len(labels):
+        raise ValueError(f"{len(images)} images but {len(labels)} labels: pass one label per image.")
+    check_number("lr", lr, positive=True, hint="pass the learning rate, e.g. 2e-3")
     check_int("epochs", epochs, hint="pass how many passes over the training images, e.g. 20")
     check_int("batch_size", batch_size, hint="pass how many images per optimiser step, e.g. 64")
     generator = torch.Generator().manual_seed(seed)
@@ -99,6 +105,7 @@ def train_classifier(
 
 def digits_classifier(device: DeviceLike = None, trained: bool = True) -> DigitsCNN:
     """The digits classifier in eval mode, with the shipped trained weights (loaded ``weights_only=True``)."""
+    check_instance("trained", trained, bool, hint="pass True for the shipped weights, False for random ones")
     model = DigitsCNN()
     if trained:
         verify_shipped(DIGITS_CHECKPOINT, DATA_DIR)  # one flipped bit took accuracy from 98.6 % to 22.2 %, silently
@@ -154,6 +161,8 @@ def accuracy(
         return _correct(logits, labels) / len(labels)
     check_callable("model", model, hint="pass the model whose accuracy is measured, or its logits as logits=")
     check_int("batch_size", batch_size, hint="pass how many images per forward pass, e.g. 512")
+    check_tensor("images", images, hint="pass the images to classify, e.g. load_digits('test')[0]")
+    check_tensor("labels", labels, ndim=1, hint="pass one class index per image, a 1-d tensor")
     if len(images) != len(labels) or len(images) == 0:
         raise ValueError("images and labels must be non-empty and of the same length.")
     weight = next(model.parameters(), None) if isinstance(model, nn.Module) else None

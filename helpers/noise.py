@@ -190,28 +190,39 @@ class _DropMessage(logging.Filter):
 @contextlib.contextmanager
 def profiler_markers_silenced() -> Iterator[None]:
     """Drop the profiler's ``USDT: … profiler_start/stop`` lines that native code writes to stderr inside the
-    block (see 8 above); every other line written there is passed on. Wrap a profiler's start and stop."""
+    block (see 9 above); every other line written there is passed on as it arrives (a thread reads file
+    descriptor 2 through a pipe), so a process that dies inside the block has still shown what it wrote."""
     import re
-    import tempfile
+    import threading
 
+    marker = re.compile(known("profiler-usdt").pattern.encode())
     sys.stderr.flush()
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            kept = [
-                line
-                for line in capture.read().splitlines(keepends=True)
-                if not re.match(known("profiler-usdt").pattern.encode(), line)
-            ]
-            if kept:
-                os.write(2, b"".join(kept))
+    read_end, write_end = os.pipe()
+
+    def forward() -> None:
+        with os.fdopen(read_end, "rb", buffering=0) as pipe:
+            pending = b""
+            while chunk := pipe.read(65536):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                kept = b"".join(line + b"\n" for line in lines if not marker.match(line))
+                if kept:
+                    os.write(saved, kept)
+            if pending and not marker.match(pending):
+                os.write(saved, pending)
+
+    reader = threading.Thread(target=forward, name="stderr-filter", daemon=True)
+    reader.start()
+    os.dup2(write_end, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(write_end)  # the pipe's last writer: the reader sees its end, forwards the rest and stops
+        reader.join(timeout=10)
+        os.close(saved)
 
 
 def quiet_onnxruntime() -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .checks import check_callable, check_choice, check_int, check_number
+from .checks import check_callable, check_choice, check_int, check_number, check_tensor
 from .device import DeviceLike, choose_device
 
 #: where a capped call's peak comes from: measured around the call, or the number the call returns
@@ -147,6 +147,7 @@ def run_with_oom_backoff(
     dimension) and what it had to do."""
     check_callable("fn", fn, hint="run_with_oom_backoff() needs a function of one batch, e.g. model")
     check_int("batch", batch, hint="pass the chunk size to try first, e.g. 64")
+    check_tensor("inputs", inputs, nonempty=False, hint="pass the batch of inputs to split, e.g. images")
     check_int(
         "min_batch", min_batch, maximum=batch, hint=f"pass the smallest chunk to fall back to, at most batch={batch}"
     )

@@ -36,6 +36,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode  # the standard hook for counting aten ops
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
+from .checks import check_callable
+
 #: ops that dispatch but move no data: allocations without initialisation, and views not flagged as such
 NO_TRAFFIC = frozenset(
     {
@@ -155,6 +157,7 @@ class OpCount:
 @torch.inference_mode()
 def count_ops(fn: Callable[..., Any], *args: Any) -> OpCount:
     """Run ``fn(*args)`` once and count its aten ops, FLOPs and eager memory traffic (the per-op rule)."""
+    check_callable("fn", fn, hint="pass the model or function to count, e.g. model")
     counter = OpCounter()
     flop_mode = FlopCounterMode(display=False)
     with flop_mode, counter:

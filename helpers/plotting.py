@@ -10,8 +10,9 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
+from .checks import check_instance, check_ints, check_numbers
 from .roofline import Roofline
-from .timing import Measurement, time_unit
+from .timing import Measurement, check_measurements, time_unit
 
 STYLE = {
     "figure.figsize": (7.5, 4.0),
@@ -57,8 +58,7 @@ _time_unit = time_unit
 @_styled
 def bars(measurements: Sequence[Measurement], title: str = "", ax: Any = None, log: bool = False) -> Any:
     """Median time of each measurement, with its interquartile range as the error bar."""
-    if not measurements:
-        raise ValueError("bars() needs at least one Measurement.")
+    check_measurements("measurements", measurements)
     fig, ax = (ax.figure, ax) if ax is not None else plt.subplots()
     scale, unit = _time_unit(max(m.median for m in measurements))
     med = np.array([m.median for m in measurements]) / scale
@@ -81,8 +81,12 @@ def bars(measurements: Sequence[Measurement], title: str = "", ax: Any = None, l
 @_styled
 def vs_batch(batches: Sequence[int], measurements: Sequence[Measurement], title: str = "", label: str = "") -> Any:
     """Two panels: throughput (items/s) and latency per batch (median with p25–p95 band) against batch."""
-    if len(batches) != len(measurements) or not batches:
+    check_ints("batches", batches, hint="pass the batch sizes measured, e.g. [1, 2, 4]")
+    check_measurements("measurements", measurements)
+    if len(batches) != len(measurements):
         raise ValueError("vs_batch() needs one Measurement per batch size, and at least one.")
+    if any(m.median <= 0 for m in measurements):
+        raise ValueError("vs_batch() needs measurements with a positive median (a throughput divides by it).")
     fig, (ax_t, ax_l) = plt.subplots(1, 2, figsize=(11, 4))
     b = np.asarray(batches)
     thr = np.array([n / m.median for n, m in zip(batches, measurements, strict=True)])
@@ -115,6 +119,7 @@ def roofline(rf: Roofline, points: Sequence[tuple[Any, ...]] = (), title: str = 
     roof the point is judged against (default ``dtype``). A point above its roof is drawn clamped onto it as
     a hollow marker with an arrow (never above it), and listed in the caption: :meth:`Roofline.place` says
     why it happened."""
+    check_instance("rf", rf, Roofline, hint="pass this machine's roofline, e.g. roofline.get_roofline(device)")
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     lo = min([0.01] + [p[1] / 2 for p in points])
     hi = max([1e4] + [p[1] * 2 for p in points])
@@ -171,7 +176,10 @@ def waterfall(
     result too). With ``measurements`` (one timing per step), each bar is coloured by
     :func:`helpers.verdict.verdict` against the step before: green faster, red slower, grey within noise or
     too few samples; without them, by the direction of the value alone (and the title says so)."""
-    if len(steps) != len(values) or not steps:
+    if isinstance(steps, (str, bytes)) or not isinstance(steps, (list, tuple)) or not steps:
+        raise TypeError(f"steps must be a non-empty list of step names, got {steps!r}.")
+    check_numbers("values", values, minimum=0, hint="pass one measured value per step")
+    if len(steps) != len(values):
         raise ValueError("waterfall() needs one value per step, and at least one step.")
     if measurements is not None and len(measurements) != len(steps):
         raise ValueError(f"waterfall() got {len(measurements)} measurements for {len(steps)} steps; pass one per step.")

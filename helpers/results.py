@@ -26,7 +26,7 @@ import torch
 
 from .device import DeviceLike, choose_device, machine_id
 from .modes import course_mode
-from .paths import REFERENCE_DIR, ensure_dir, outputs_dir
+from .paths import REFERENCE_DIR, check_file_name, ensure_dir, outputs_dir
 from .timing import Measurement
 
 
@@ -79,6 +79,7 @@ def make_record(
     for name, value in (("notebook", notebook), ("experiment", experiment), ("variant", variant)):
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"{name} must be a non-empty string naming what was measured, got {value!r}.")
+    check_file_name("notebook", notebook)  # it names the results' notebook; reference files are found by it
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
         raise ValueError(f"batch={batch!r} is not a batch size; pass an integer ≥ 1, or None.")
     if measurement is None and not metrics:
@@ -86,6 +87,12 @@ def make_record(
     if measurement is not None and not isinstance(measurement, Measurement):
         raise TypeError(f"measurement must be a helpers.timing.Measurement, got {type(measurement).__name__}.")
     metrics = _clean(dict(metrics or {}))  # numpy / tensor scalars become plain numbers
+    clash = sorted(set(metrics) & RESERVED_COLUMNS)
+    if clash:
+        raise ValueError(
+            f"metric name(s) {', '.join(map(repr, clash))} would overwrite a column of the results table; "
+            "name the metric after what it measures, e.g. 'images_per_s' or 'p99_s'."
+        )
     for key, value in metrics.items():
         if value is None:
             continue  # a NaN or inf: stored as null
@@ -206,8 +213,13 @@ def parse_records(text: str) -> tuple[list[dict[str, Any]], int]:
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every complete record in a results file; torn or corrupt lines are skipped with one warning."""
+    """Every complete record in a results file (none if it does not exist yet); torn or corrupt lines are
+    skipped with one warning."""
+    if not isinstance(path, (str, os.PathLike)) or str(path) == "":
+        raise TypeError(f"path must be the path of a results file (.jsonl), got {path!r}.")
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"path={str(path)!r} is a folder; pass a results file inside it, e.g. {path}/cpu.jsonl")
     if not path.exists():
         return []
     records, bad = parse_records(path.read_text(encoding="utf-8", errors="replace"))
@@ -218,15 +230,31 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return records
 
 
+#: Columns of the results table that a metric of the same name would overwrite (the record's context and the
+#: measurement's statistics): make_record refuses such a metric name; to_frame keeps an old one as metric_<name>.
+RESERVED_COLUMNS = frozenset(
+    {"time", "notebook", "experiment", "variant", "batch", "dtype", "device", "machine_id", "mode"}
+    | {"median", "iqr", "p95", "first_call", "throughput", "n", "number", "noisy", "timer"}
+)
+
+
 def to_frame(records: list[dict[str, Any]]) -> Any:
     """Flatten records into a pandas DataFrame: context columns, ``metrics.*`` and the measurement's stats."""
     import pandas as pd
+
+    if isinstance(records, (str, bytes, dict)) or not isinstance(records, (list, tuple)):
+        raise TypeError(
+            f"records must be a list of records (dicts, as read_records returns), got {type(records).__name__}."
+        )
+    for i, r in enumerate(records):
+        if not isinstance(r, dict):
+            raise TypeError(f"records[{i}] is a {type(r).__name__}, not a record (a dict, as read_records returns).")
 
     rows = []
     for rec in records:
         row = {k: v for k, v in rec.items() if k not in ("metrics", "measurement", "extra", "versions")}
         row.update({f"v_{k}": v for k, v in (rec.get("versions") or {}).items()})
-        row.update(rec.get("metrics") or {})
+        row.update({(f"metric_{k}" if k in RESERVED_COLUMNS else k): v for k, v in (rec.get("metrics") or {}).items()})
         m = rec.get("measurement") or {}
         for key in ("median", "iqr", "p95", "first_call", "throughput", "n", "number", "noisy", "timer"):
             if key in m:
@@ -262,6 +290,9 @@ def load_reference(
     """
     import pandas as pd
 
+    for name, value in (("notebook", notebook), ("experiment", experiment), ("machine", machine)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ValueError(f"{name}={value!r}: pass a non-empty string to filter by, or None for all.")
     folder = Path(reference_dir) if reference_dir is not None else REFERENCE_DIR
     frames = []
     for file in sorted(folder.glob("*.jsonl")):

@@ -63,11 +63,13 @@ ROOF_SAMPLE_TIME = 5e-3
 
 def matmul_variant(dtype: str) -> str:
     """The record variant of a matmul roof: ``'matmul fp32'``."""
+    check_choice("dtype", dtype, list(_DTYPES), hint="pass a dtype name the roofline measures")
     return f"matmul {dtype}"
 
 
 def h2d_variant(kind: str) -> str:
     """The record variant of a host→device roof: ``'host to device pinned'``."""
+    check_choice("kind", kind, ("pinned", "pageable"), hint="pass the kind of host memory copied")
     return f"host to device {kind}"
 
 
@@ -265,6 +267,7 @@ def memory_bandwidth(
     dev = choose_device(device)
     if nbytes is None:
         nbytes = beyond_cache_bytes(dev, pick(256, 512) * 2**20) if dev.type == "cpu" else pick(256, 1024) * 2**20
+    check_int("nbytes", nbytes, maximum=2**40, hint="pass the buffer size in bytes, e.g. 512 * 2**20")
     if nbytes < 2**20:
         raise ValueError(f"nbytes={nbytes} is too small to measure bandwidth; pass at least 1 MiB (2**20).")
     repeats = repeats if repeats is not None else pick(5, 20)
@@ -286,6 +289,8 @@ def memory_bandwidth(
 def beyond_cache_bytes(device: DeviceLike = None, minimum: int = 256 * 2**20, cap: int = 2**30) -> int:
     """A buffer size that lives in main memory, not in a cache: at least ``minimum``, and on a CPU twice the
     OS-reported last-level cache, up to ``cap`` (a VM may report the host's whole cache)."""
+    check_int("minimum", minimum, maximum=2**44, hint="pass a size in bytes, e.g. 256 * 2**20")
+    check_int("cap", cap, minimum=minimum, maximum=2**44, hint="pass a size in bytes at least `minimum`")
     if choose_device(device).type != "cpu":
         return minimum
     return max(minimum, min(2 * (last_level_cache_bytes() or 0), cap))
@@ -343,13 +348,15 @@ def dispatch_latency(device: DeviceLike = None, repeats: int | None = None) -> t
 
 def arithmetic_intensity(flops: float, nbytes: float) -> float:
     """FLOPs per byte moved."""
-    if nbytes <= 0:
-        raise ValueError("bytes moved must be positive to compute an arithmetic intensity.")
+    check_number("flops", flops, minimum=0, hint="pass the FLOPs of the work, e.g. 2 * m * n * k")
+    check_number("nbytes", nbytes, positive=True, hint="pass the bytes the work moves (a positive number)")
     return flops / nbytes
 
 
 def matmul_cost(m: int, n: int, k: int, bytes_per_element: int = 4) -> tuple[float, float]:
     """(FLOPs, bytes) of ``(m×k) @ (k×n)``: reads both inputs and writes the output once."""
+    for name, value in (("m", m), ("n", n), ("k", k), ("bytes_per_element", bytes_per_element)):
+        check_int(name, value, maximum=2**40, hint="pass a matrix size (a positive integer)")
     return 2.0 * m * n * k, float(bytes_per_element * (m * k + k * n + m * n))
 
 
@@ -357,6 +364,10 @@ def elementwise_cost(
     numel: int, flops_per_element: int = 1, inputs: int = 1, bytes_per_element: int = 4
 ) -> tuple[float, float]:
     """(FLOPs, bytes) of a pointwise op on ``numel`` elements reading ``inputs`` tensors, writing one."""
+    check_int("numel", numel, maximum=2**50, hint="pass the number of elements, e.g. x.numel()")
+    check_int("flops_per_element", flops_per_element, minimum=0)
+    check_int("inputs", inputs)
+    check_int("bytes_per_element", bytes_per_element)
     return float(flops_per_element * numel), float(bytes_per_element * numel * (inputs + 1))
 
 
@@ -406,8 +417,7 @@ class Roofline:
         """Where a measured workload sits: its intensity, achieved FLOP/s and bytes/s, the bound that applies,
         the fraction of that bound it reached (``fraction_of_bound``, raw, and ``shown_fraction``, clamped to 1
         for display), and, when it is above its roof, ``explanation``: one generated line saying why."""
-        if seconds <= 0:
-            raise ValueError("seconds must be positive (use a Measurement's median).")
+        check_number("seconds", seconds, positive=True, hint="use a Measurement's median")
         intensity = arithmetic_intensity(flops, nbytes)
         bound = "memory" if intensity < self.ridge_point(dtype) else "compute"
         attainable = self.attainable(intensity, dtype)

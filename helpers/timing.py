@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .checks import check_callable, check_int, check_number
+from .checks import check_callable, check_int, check_number, check_numbers
 from .device import DeviceLike, Load, LoadMeter, choose_device, last_level_cache_bytes, sync
 from .modes import pick
 
@@ -60,7 +60,23 @@ _ADVICE = "close other programs (a browser, an IDE indexing files), wait a minut
 
 def time_unit(seconds: float) -> tuple[float, str]:
     """The unit :func:`format_seconds` would print ``seconds`` in: ``(scale, name)``, e.g. ``(1e-3, 'ms')``."""
+    check_number("seconds", seconds, minimum=0, hint="pass a duration in seconds, e.g. m.median")
     return next(((sc, un) for sc, un in _UNITS if seconds >= sc), _UNITS[-1])
+
+
+def check_measurements(name: str, values: Any, allow_empty: bool = False) -> list[Measurement]:
+    """``values`` must be a list of Measurements (non-empty unless ``allow_empty``), in one line otherwise."""
+    if isinstance(values, Measurement) or isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a list of Measurements, got {type(values).__name__}; e.g. [m_eager, m_fast]")
+    values = list(values)
+    if not values and not allow_empty:
+        raise ValueError(f"{name}=[] is empty: pass at least one Measurement (what helpers.benchmark returns).")
+    for i, value in enumerate(values):
+        if not isinstance(value, Measurement):
+            raise TypeError(
+                f"{name}[{i}] is a {type(value).__name__}, not a Measurement (what helpers.benchmark returns)."
+            )
+    return values
 
 
 def default_budget() -> float:
@@ -69,9 +85,12 @@ def default_budget() -> float:
 
 
 def format_seconds(seconds: float, digits: int = 3) -> str:
-    """``0.00123`` → ``'1.23 ms'``: a duration with a unit chosen so the number is between 1 and 1000."""
-    if not math.isfinite(seconds):
+    """``0.00123`` → ``'1.23 ms'``: a duration with a unit chosen so the number is between 1 and 1000 (NaN and
+    infinity, a statistic of no samples, print as themselves)."""
+    check_int("digits", digits, maximum=17, hint="pass how many significant digits to show, e.g. 3")
+    if isinstance(seconds, float) and not math.isfinite(seconds):
         return str(seconds)
+    check_number("seconds", seconds, hint="pass a duration in seconds, e.g. m.median")
     seconds = float(f"{seconds:.{digits}g}")  # round first so 0.9999 s shows as 1.00 s, not 1000 ms
     magnitude = abs(seconds)
     scale, unit = next(((sc, un) for sc, un in _UNITS if magnitude >= sc), _UNITS[-1])
@@ -82,6 +101,7 @@ def format_seconds(seconds: float, digits: int = 3) -> str:
 
 def format_rate(per_second: float, unit: str = "items") -> str:
     """``123456.0`` → ``'123k items/s'``."""
+    check_number("per_second", per_second, minimum=0, hint="pass a rate, e.g. m.throughput")
     for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")):
         if abs(per_second) >= scale:
             return f"{per_second / scale:.3g}{prefix} {unit}/s"
@@ -126,6 +146,12 @@ class Measurement:
 
     @classmethod
     def from_samples(cls, samples: Iterable[float], **kwargs: Any) -> Measurement:
+        check_numbers(
+            "samples",
+            list(samples) if isinstance(samples, (list, tuple)) else samples,
+            minimum=0,
+            hint="pass the seconds per call of each sample, e.g. [1.2e-3, 1.1e-3]",
+        )
         return cls(samples=tuple(float(s) for s in samples), **kwargs)
 
     @classmethod
@@ -280,6 +306,7 @@ class Measurement:
 def noise_note(measurements: Sequence[Measurement]) -> str | None:
     """One line for a table whose rows are mostly noisy (more than :data:`MOSTLY_NOISY` of them), saying why
     and what to do; None otherwise. :func:`compare` prints it under its table."""
+    check_measurements("measurements", measurements, allow_empty=True)
     noisy = [m for m in measurements if m.noisy]
     if not measurements or len(noisy) <= MOSTLY_NOISY * len(measurements):
         return None
@@ -301,6 +328,9 @@ def sweep_warning(xs: Sequence[Any], measurements: Sequence[Measurement], increa
     sweep behaves. Usually a busy machine: a delayed small size, or a large one that ran alone."""
     from .verdict import verdict
 
+    check_measurements("measurements", measurements)
+    if isinstance(xs, (str, bytes)) or not hasattr(xs, "__len__"):
+        raise TypeError(f"xs must be a list of sweep values (one per measurement), got {type(xs).__name__}.")
     if len(xs) != len(measurements):
         raise ValueError(f"xs has {len(xs)} values but there are {len(measurements)} measurements; pass one each.")
     drops = []
@@ -711,8 +741,7 @@ def compare(measurements: Sequence[Measurement], baseline: int | str | None = 0)
 
     from .verdict import verdict
 
-    if not measurements:
-        raise ValueError("compare() needs at least one Measurement.")
+    check_measurements("measurements", measurements)
     if baseline is None:
         base = None
     elif isinstance(baseline, str):

@@ -188,6 +188,9 @@ def verdict(
 def winner(measurements: Sequence[Measurement], **kwargs: object) -> tuple[Measurement, list[Verdict]]:
     """The fastest measurement by median, and its verdict against each other one: name a winner only where
     those verdicts are all *faster* (``all(v.faster for v in verdicts)``)."""
+    from .timing import check_measurements
+
+    measurements = check_measurements("measurements", measurements)
     if len(measurements) < 2:
         raise ValueError("winner() needs at least two Measurements to choose between.")
     best = min(measurements, key=lambda m: m.median)

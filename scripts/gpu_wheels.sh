@@ -27,7 +27,7 @@ py312=${PYTHON312:-$(command -v python3.12)} || { echo "--check needs python3.12
 venv=$(mktemp -d)/venv
 "$py312" -m venv "$venv"
 # what the image already has (gpu-wheels.txt's header), from the registry here
-image="attrs certifi charset-normalizer click idna packaging psutil pygments python-dateutil pyyaml requests tqdm
+image="aiohttp attrs certifi charset-normalizer click idna packaging psutil pygments python-dateutil pyyaml requests tqdm
        typing-extensions urllib3"
 "$venv/bin/pip" install --quiet $image
 "$venv/bin/pip" install --quiet --no-index --no-deps "$dir"/*.whl

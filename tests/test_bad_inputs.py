@@ -1,0 +1,444 @@
+"""The bad-input probe: every public helper, called with one argument replaced by a bad value of its kind (None,
+a wrong type, NaN or infinity where a number is needed, zero or negative sizes, empty or mismatched tensors, a
+folder or a path that leaves the outputs folder where a file name is needed…), must refuse it with one clear
+line raised by the course's own code, within seconds. The classes are those of the reliability review
+(../shared/reviews/2026-12-01/reliability.md): clear, raw (an unplanned Python error inside helpers), deep (an
+error from inside torch, numpy, pandas…), hang, and wrong (a bad value accepted, a result returned).
+
+Target: at least 600 cases, at least 95 % clear, no wrong result and no hang. The figures are printed.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import traceback
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import (
+    batching,
+    data,
+    device,
+    doctor,
+    harness,
+    llm,
+    memory,
+    models,
+    oom,
+    plotting,
+    results,
+    roofline,
+    timing,
+)
+from helpers.timing import Measurement
+from helpers.verdict import verdict, winner
+
+HELPERS = str(Path(__file__).resolve().parents[1] / "helpers")
+NAN, INF = float("nan"), float("inf")
+M = Measurement.from_samples([1e-3, 1.1e-3, 0.9e-3, 1e-3, 1.05e-3], label="a")
+M2 = Measurement.from_samples([2e-3, 2.1e-3, 1.9e-3, 2e-3, 2.05e-3], label="b")
+CFG = llm.GPTConfig(vocab_size=32, n_layer=1, n_head=2, dim=16, max_seq_len=32)
+GPT = llm.GPT(CFG).eval()
+TINY = torch.nn.Linear(4, 2).eval()
+
+
+def _rf():
+    return roofline.Roofline(
+        device="cpu",
+        machine_id="probe",
+        peak_flops={"fp32": 1e11},
+        bandwidth=1e10,
+        dispatch_latency=5e-6,
+        cache_bytes=2**25,
+        mode="quick",
+    )
+
+
+# Bad values by the kind of argument they replace. A kind ending in "?" also accepts None (its default).
+BAD = {
+    "posint": [None, "3", 2.5, 0, -1, True, NAN, INF, [2]],
+    "nonnegint": [None, "3", 2.5, -1, True, NAN],
+    "posfloat": [None, "1", 0, -1.0, NAN, INF, True, [1.0]],
+    "nonneg": [None, "1", -1.0, NAN, INF, True],
+    "fraction": [None, "x", -0.1, 1.5, NAN, True],
+    "callable": [None, 3, "f", [print]],
+    "tensor": [None, [1.0, 2.0], 3, "x", torch.empty(0, 4)],
+    "device": ["tpu", "cuda:9", 3, "", object(), "meta"],
+    "filename": ["", "../x", "a/b", None, 3, ".x"],
+    "measurement": [None, 3, "m", [M]],
+    "measurements": [[], None, [None], "ab", [1.0], M],
+    "batches": [[], None, [0], [-1], ["a"], [1.5], 4, [True]],
+    "floats": [[], None, [NAN], ["a"], 4],
+    "nonnegfloats": [[], None, [NAN], ["a"], [-1.0], 4],
+    "measurements+": [None, [None], "ab", [1.0], M],  # an empty list is a valid (empty) table
+    "posfloats": [[], None, [NAN], ["a"], [-1.0], [0.0], 4],
+    "split": ["nope", None, 3, ""],
+    "dtype": ["fp99", None, 3, ""],
+    "bool": [None, "yes", 2, 0.5],
+    "model": [None, 3, "resnet18", lambda x: x],
+    "config": [None, 3, "gpt", {}],
+    "ids": [None, [1, 2], torch.empty(0, dtype=torch.long), torch.ones(1, 3), torch.full((1, 3), 99)],
+    "path": [None, 3, "/nonexistent/file.jsonl", "/"],
+    "respath": [None, 3, "", "/"],  # a results file that does not exist yet is empty, not an error
+    "roofline": [None, 3, "cpu", {}],
+    "str": [None, 3, "", ["x"]],
+    "number": [None, "1", True, [1.0]],  # NaN and infinity are values here (a statistic of no samples)
+}
+
+
+def _cases():
+    """(case id, function, positional args, keyword args, the argument replaced, its bad value)."""
+    specs = [
+        # timing
+        (timing.format_seconds, (1e-3,), {}, {"seconds": "number", "digits": "posint"}),
+        (timing.format_rate, (100.0,), {}, {"per_second": "nonneg", "unit": None}),
+        (timing.time_unit, (1e-3,), {}, {"seconds": "nonneg"}),
+        (
+            timing.benchmark,
+            (torch.relu, torch.ones(2)),
+            {"repeats": 5, "warmup": 1, "number": 1},
+            {
+                "repeats": "posint",
+                "warmup": "nonnegint",
+                "number": "posint?",
+                "items": "posint?",
+                "budget": "posfloat?",
+            },
+        ),
+        (timing.benchmark, (torch.relu, torch.ones(2)), {"repeats": 5, "number": 1}, {"fn": "callable"}),
+        (timing.timed_call, (torch.relu, torch.ones(2)), {}, {"fn": "callable", "device": "device"}),
+        (timing.compare, ([M, M2],), {}, {"measurements": "measurements"}),
+        (timing.noise_note, ([M, M2],), {}, {"measurements": "measurements+"}),
+        (timing.sweep_warning, ([1, 2], [M, M2]), {}, {"xs": "batches", "measurements": "measurements"}),
+        (
+            timing.interleaved,
+            ({"a": lambda: None, "b": lambda: None},),
+            {"repeats": 5, "warmup": 1},
+            {"repeats": "posint", "warmup": "nonnegint", "min_sample_time": "posfloat", "budget": "posfloat?"},
+        ),
+        (
+            timing.fit_to_budget,
+            (lambda n: lambda: None, [1, 2]),
+            {"limit": 1.0},
+            {"make_call": "callable", "sizes": "posfloats", "limit": "posfloat?", "exponent": "posfloat"},
+        ),
+        (Measurement.from_samples, ([1e-3, 2e-3],), {}, {"samples": "nonnegfloats"}),
+        # verdict
+        (verdict, (M, M2), {}, {"candidate": "measurement", "baseline": "measurement", "confidence": "fraction"}),
+        (winner, ([M, M2],), {}, {"measurements": "measurements"}),
+        # device
+        (device.choose_device, ("cpu",), {}, {"prefer": "device"}),
+        (device.sync, ("cpu",), {}, {"device": "device"}),
+        (device.machine_id, ("cpu",), {}, {"device": "device"}),
+        (device.machine_load, (0.05,), {}, {"interval": "posfloat"}),
+        # batching
+        (
+            batching.find_knee,
+            ([1, 2, 4], [10.0, 18.0, 20.0]),
+            {},
+            {"batches": "batches", "throughputs": "posfloats", "within": "fraction"},
+        ),
+        (
+            batching.choose_batch,
+            ([1, 2, 4], [1e-3, 2e-3, 4e-3], 3e-3),
+            {},
+            {"batches": "batches", "latencies": "posfloats", "target": "posfloat"},
+        ),
+        (batching.latency_model, ([1, 2, 4], [1e-3, 2e-3, 4e-3]), {}, {"batches": "batches", "seconds": "posfloats"}),
+        (
+            batching.is_stable,
+            (100.0, 8, lambda b: 1e-3 * b),
+            {},
+            {"rate": "posfloat", "max_batch": "posint", "service": "callable"},
+        ),
+        (
+            batching.simulate_server,
+            (100.0, 8, 1e-3, lambda b: 1e-3),
+            {"n_requests": 50},
+            {
+                "rate": "posfloat",
+                "max_batch": "posint",
+                "timeout": "nonneg",
+                "service": "callable",
+                "n_requests": "posint",
+            },
+        ),
+        (
+            batching.sweep,
+            (TINY, lambda b: torch.ones(b, 4), [1, 2]),
+            {"repeats": 3, "number": 1},
+            {"model": "callable", "make_input": "callable", "batches": "batches", "repeats": "posint"},
+        ),
+        # results
+        (
+            results.make_record,
+            (M,),
+            {"notebook": "00_x", "experiment": "e", "variant": "v"},
+            {"notebook": "filename", "experiment": "str", "variant": "str", "batch": "posint?"},
+        ),
+        (results.read_records, ("/nonexistent/r.jsonl",), {}, {"path": "respath"}),
+        (results.to_frame, ([],), {}, {"records": "measurements+"}),
+        (results.load_reference, (), {}, {"notebook": "str?", "machine": "str?"}),
+        # data and models
+        (data.load_digits, ("test",), {}, {"split": "split"}),
+        (data.load_digits_raw, ("test",), {}, {"split": "split"}),
+        (data.digits_to_float, (torch.zeros(2, 8, 8, dtype=torch.uint8),), {}, {"images": "tensor"}),
+        (data.digits_loader, ("test",), {"batch_size": 8}, {"split": "split", "batch_size": "posint"}),
+        (data.read_photo, ("/nonexistent.jpg",), {}, {"path": "path"}),
+        (data.photo_transform, (224,), {}, {"size": "posint"}),
+        (models.digits_classifier, ("cpu",), {}, {"device": "device", "trained": "bool"}),
+        (models.torchvision_model, ("resnet18", "cpu"), {}, {"name": "dtype", "device": "device"}),
+        (
+            models.accuracy,
+            (TINY, torch.ones(4, 4), torch.zeros(4, dtype=torch.long)),
+            {},
+            {"model": "callable", "images": "tensor", "labels": "tensor"},
+        ),
+        (
+            models.train_classifier,
+            (TINY, torch.ones(4, 4), torch.zeros(4, dtype=torch.long)),
+            {"epochs": 1},
+            {
+                "model": "model",
+                "images": "tensor",
+                "labels": "tensor",
+                "epochs": "posint",
+                "batch_size": "posint",
+                "lr": "posfloat",
+            },
+        ),
+        # memory and oom
+        (memory.peak_allocated_bytes, (lambda: torch.ones(2), "cpu"), {}, {"fn": "callable", "device": "device"}),
+        (
+            oom.largest_fitting_batch,
+            (lambda b: b,),
+            {"limit": 64},
+            {"try_batch": "callable", "limit": "posint", "start": "posint"},
+        ),
+        (
+            oom.run_with_oom_backoff,
+            (torch.relu, torch.ones(8, 2), 4),
+            {},
+            {"fn": "callable", "inputs": "tensor", "batch": "posint", "min_batch": "posint"},
+        ),
+        (oom.with_memory_cap, (lambda b: b, 2**20), {}, {"fn": "callable", "cap_bytes": "posfloat"}),
+        (oom.free_memory, ("cpu",), {}, {"device": "device"}),
+        # roofline
+        (roofline.arithmetic_intensity, (10.0, 5.0), {}, {"flops": "nonneg", "nbytes": "posfloat"}),
+        (
+            roofline.matmul_cost,
+            (4, 4, 4),
+            {},
+            {"m": "posint", "n": "posint", "k": "posint", "bytes_per_element": "posint"},
+        ),
+        (roofline.elementwise_cost, (1024,), {}, {"numel": "posint"}),
+        (roofline.matmul_variant, ("fp32",), {}, {"dtype": "dtype"}),
+        (roofline.h2d_variant, ("pinned",), {}, {"kind": "dtype"}),
+        (
+            roofline.memory_bandwidth,
+            ("cpu",),
+            {"nbytes": 2**20, "repeats": 2},
+            {"device": "device", "nbytes": "posint?", "repeats": "posint?"},
+        ),
+        (
+            roofline.matmul_flops,
+            ("cpu",),
+            {"n": 64, "repeats": 2},
+            {"device": "device", "n": "posint", "repeats": "posint", "dtype": "dtype"},
+        ),
+        (roofline.dispatch_latency, ("cpu",), {"repeats": 2}, {"device": "device", "repeats": "posint?"}),
+        (roofline.beyond_cache_bytes, ("cpu",), {}, {"device": "device", "minimum": "posint", "cap": "posint"}),
+        (
+            roofline.Roofline.place,
+            (_rf(), 1e6, 1e4, 1e-3),
+            {},
+            {"flops": "nonneg", "nbytes": "posfloat", "seconds": "posfloat"},
+        ),
+        (plotting.roofline, (_rf(),), {}, {"rf": "roofline"}),
+        # doctor and harness
+        (doctor.count_ops, (torch.relu, torch.ones(2)), {}, {"fn": "callable"}),
+        (
+            doctor.diagnose,
+            (torch.relu, torch.ones(2, 3), _rf()),
+            {"repeats": 3},
+            {"model": "callable", "example": "tensor", "rf": "roofline", "repeats": "posint?"},
+        ),
+        (harness.model_size_bytes, (TINY,), {}, {"model": "model"}),
+        (harness.agreement, (torch.ones(4, 2), torch.ones(4, 2)), {}, {"reference": "tensor", "output": "tensor"}),
+        # llm
+        (
+            llm.GPTConfig,
+            (),
+            {"vocab_size": 32, "n_layer": 1, "n_head": 2, "dim": 16, "max_seq_len": 32},
+            {"vocab_size": "posint", "n_layer": "posint", "n_head": "posint", "dim": "posint", "max_seq_len": "posint"},
+        ),
+        (
+            llm.generate,
+            (GPT, torch.ones(1, 3, dtype=torch.long), 2),
+            {},
+            {"model": "model", "prompt": "ids", "new_tokens": "posint"},
+        ),
+        (
+            llm.generate_uncached,
+            (GPT, torch.ones(1, 3, dtype=torch.long), 2),
+            {},
+            {"model": "model", "prompt": "ids", "new_tokens": "posint"},
+        ),
+        (
+            llm.kv_cache_bytes,
+            (CFG, 1, 8),
+            {},
+            {"config": "config", "batch": "posint", "length": "posint", "bytes_per_element": "posint"},
+        ),
+        (llm.flops_per_token, (CFG, 8), {}, {"config": "config", "context": "nonnegint"}),
+        (llm.linear_weight_bytes, (GPT,), {}, {"model": "model"}),
+        # plotting
+        (plotting.bars, ([M, M2],), {}, {"measurements": "measurements"}),
+        (plotting.vs_batch, ([1, 2], [M, M2]), {}, {"batches": "batches", "measurements": "measurements"}),
+        (plotting.waterfall, (["a", "b"], [1.0, 2.0]), {}, {"steps": "batches", "values": "posfloats"}),
+    ]
+    import inspect
+
+    cases = []
+    for fn, args, kwargs, params in specs:
+        signature = inspect.signature(fn)
+        names = list(signature.parameters)
+        for param, kind in params.items():
+            if kind is None:
+                continue
+            optional = kind.endswith("?")
+            for bad in BAD[kind.rstrip("?")]:
+                if optional and bad is None:
+                    continue
+                call_args, call_kwargs = list(args), dict(kwargs)
+                assert param in names, f"{fn.__qualname__} has no argument {param!r}: {names}"
+                index = names.index(param)
+                if index < len(call_args):
+                    call_args[index] = bad
+                else:
+                    call_kwargs[param] = bad
+                case_id = f"{fn.__qualname__}({param}={_short(bad)})"
+                cases.append((case_id, fn, tuple(call_args), call_kwargs))
+    return cases
+
+
+def _short(value):
+    text = repr(value) if not isinstance(value, torch.Tensor) else f"tensor{tuple(value.shape)}"
+    return text if len(text) <= 24 else text[:21] + "..."
+
+
+class _Hang(BaseException):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Hang
+
+
+def classify(fn, args, kwargs, seconds=10):
+    """clear / raw / deep / hang / wrong, as the review classified, and the message."""
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(seconds)
+    try:
+        fn(*args, **kwargs)
+    except _Hang:
+        return "hang", f"no answer in {seconds} s"
+    except Exception as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        last = frames[-1].filename if frames else ""
+        message = str(exc)
+        if not last.startswith(HELPERS):
+            return "deep", f"{type(exc).__name__} in {Path(last).name}: {message[:120]}"
+        line = frames[-1].line or ""
+        deliberate = line.lstrip().startswith("raise") or "check_" in line or "_fail(" in line
+        if deliberate and "\n" not in message.strip() and len(message) > 20:
+            return "clear", message
+        return "raw", f"{type(exc).__name__}: {message[:160]}"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    return "wrong", "returned normally"
+
+
+CASES = _cases()
+
+
+def test_the_probe_is_big_enough():
+    assert len(CASES) >= 600, f"{len(CASES)} cases"
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    import warnings
+
+    import matplotlib.pyplot as plt
+
+    found = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a bad value may warn before it is refused: the refusal is judged
+        for case_id, fn, args, kwargs in CASES:
+            found[case_id] = classify(fn, args, kwargs)
+            plt.close("all")
+    counts = Counter(kind for kind, _ in found.values())
+    print(f"\nbad-input probe: {len(found)} cases: " + ", ".join(f"{k} {v}" for k, v in counts.most_common()))
+    return found
+
+
+def test_bad_input_gets_a_clear_error(outcomes):
+    counts = Counter(kind for kind, _ in outcomes.values())
+    share = counts["clear"] / len(outcomes)
+    others = [f"{case}: {kind}: {why}" for case, (kind, why) in outcomes.items() if kind != "clear"]
+    assert share >= 0.95, f"{share:.1%} clear ({dict(counts)}); not clear:\n" + "\n".join(others[:60])
+
+
+def test_no_bad_input_is_silently_accepted_and_none_hangs(outcomes):
+    bad = [f"{case}: {why}" for case, (kind, why) in outcomes.items() if kind in ("wrong", "hang")]
+    assert not bad, f"{len(bad)} accepted or hung:\n" + "\n".join(bad[:80])
+
+
+def test_the_classifier_tells_the_classes_apart():
+    from helpers.checks import check_int
+
+    assert classify(check_int, ("n", 0), {})[0] == "clear"
+    assert classify(lambda: None, (), {})[0] == "wrong"
+    assert classify(torch.ones, ("x",), {})[0] == "deep"
+    assert classify(math.sqrt, (-1,), {})[0] == "deep"
+
+
+def test_a_metric_cannot_overwrite_a_column_of_the_table():
+    with pytest.raises(ValueError, match="would overwrite a column") as info:
+        results.make_record(M, notebook="00_x", experiment="e", variant="v", metrics={"device": 1.0})
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="'throughput'"):
+        results.make_record(M, notebook="00_x", experiment="e", variant="v", metrics={"throughput": 5.0})
+    # a record written before the rule keeps both values, under two names
+    old = results.make_record(M, notebook="00_x", experiment="e", variant="v", metrics={"images_per_s": 5.0})
+    old["metrics"] = {"throughput": 5.0, "device": 1.0}
+    frame = results.to_frame([old])
+    assert frame.loc[0, "metric_throughput"] == 5.0 and frame.loc[0, "throughput"] == pytest.approx(M.throughput)
+    assert frame.loc[0, "device"] == "cpu" and frame.loc[0, "metric_device"] == 1.0
+
+
+def test_sweep_refuses_inputs_that_are_not_the_batch_it_counts():
+    with pytest.raises(ValueError, match=r"make_input\(4\) gave \(1, 4\), not a batch of 4"):
+        batching.sweep(TINY, lambda b: torch.ones(1, 4), [1, 4], repeats=3, number=1)
+
+
+def test_the_stderr_filter_passes_lines_on_before_the_process_dies():
+    import subprocess
+    import sys
+
+    code = (
+        "import os, time\nfrom helpers.noise import profiler_markers_silenced\n"
+        "with profiler_markers_silenced():\n"
+        "    os.write(2, b'USDT:x SyncActivityProfilerHandler.cpp:39] profiler_start\\nkeep me\\n')\n"
+        "    time.sleep(0.5)\n"
+        "    os._exit(3)  # dies inside the block, as a crash in native code would\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3
+    assert "keep me" in proc.stderr and "profiler_start" not in proc.stderr
