@@ -39,25 +39,7 @@ def test_full_run_executes_collects_and_reports_failures(tmp_path, executor):
     )
     _notebook(books / "01_broken.ipynb", "raise RuntimeError('on purpose')")
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "full_run.py"),
-            str(out),
-            "--mode",
-            "quick",
-            "--notebooks",
-            str(books),
-            "--timeout",
-            "120",
-            "--executor",
-            executor,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
+    proc = subprocess.run(_run(out, books, executor=executor), capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # one notebook failed, and the run says so
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mode"] == "quick" and summary["environment"]["torch"] and summary["executor"] == executor
