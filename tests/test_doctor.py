@@ -99,10 +99,12 @@ def test_diagnose_batches_table(rf):
     model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU()).eval()
     diagnoses, table = doctor.diagnose_batches(model, lambda b: torch.randn(b, 32), [1, 4], rf, repeats=3)
     assert [d.batch for d in diagnoses] == [1, 4] and list(table.index) == [1, 4]
-    # two tiny ops (a 32×16 matmul with its bias, a ReLU): far from any roof, the launches are the cost
-    assert list(table["regime"]) == ["overhead", "overhead"], [d.explain() for d in diagnoses]
+    # three tiny ops (a 32×16 matmul, its bias, a ReLU) at 0.43 FLOP/byte: below the ridge, so never
+    # compute-bound (overhead or memory depends on how the time grew on this machine, measured: not asserted)
     assert [d.counts.flops for d in diagnoses] == [2 * 32 * 16 * b + 16 * b for b in (1, 4)]  # matmul + ReLU
-    assert (table["% compute roof"] < 5).all() and (table["ops/call"] >= 2).all()
+    assert list(table["ops/call"]) == [3, 3]
+    assert (table["FLOP/byte"] < table["ridge"]).all() and (table["% compute roof"] < 5).all()
+    assert "compute" not in set(table["regime"]), [d.explain() for d in diagnoses]
 
 
 def test_doctor_bad_input(rf):
