@@ -7,8 +7,11 @@
 Run times come from ``data/reference/<machine>.env.json`` (``notebooks.<name>.full_seconds`` and
 ``quick_seconds``, measured by ``scripts/runtimes.py`` or ``scripts/full_run.py``): the course's CI Xeon, the
 AVX2-only AMD EPYC (the slow case: no AVX-512, AMX or bf16/fp16 units, like most x86 laptops) and the H200.
-A slot in the agenda is the notebook's measured run time plus fixed teaching time (introduction and
-discussion) and exercise time, rounded up to 5 minutes.
+A notebook's slot is derived from the notebook itself: the time to read its markdown (READ_WORDS_PER_MIN),
+to run and read each code cell (MIN_PER_CODE_CELL), to do each exercise (MIN_PER_EXERCISE), plus its measured
+run time, rounded up to 5 minutes. (Reviewers who worked through the course estimated 45–120 min per notebook
+and 13–17 h in all; these constants land in that range.) Days are packed in course order: a half day, a full
+day, and a multi-day plan for the whole course.
 """
 
 from __future__ import annotations
@@ -24,10 +27,14 @@ CPU, GPU = "cpu-intel-xeon-2cpu", "cuda-nvidia-h200"
 #: a CPU like most x86 laptops in what it lacks (AVX2 only: no AVX-512, no AMX, no bf16/fp16/VNNI units)
 CPU_NO_AVX512 = "cpu-amd-epyc-2cpu"
 
-#: minutes of teaching around each notebook (explaining, discussing results) and for its exercises: the half
-#: day keeps to the core (one exercise per notebook, 10 min), the full day leaves room for every exercise (15 min)
-HALF_DAY_MINUTES = {"talk": 20, "exercises": 10}
-FULL_DAY_MINUTES = {"talk": 20, "exercises": 15}
+#: how a notebook's time is estimated from its content: reading technical prose (with the numbers it
+#: interprets), running a cell and reading its output, and one exercise with its self-check
+READ_WORDS_PER_MIN = 150
+MIN_PER_CODE_CELL = 2
+MIN_PER_EXERCISE = 12
+#: minutes of sessions in a teaching day (09:00–17:00 less a 60 min lunch and two 15 min breaks), a half day
+FULL_DAY_SESSION_MINUTES = 360
+HALF_DAY_SESSION_MINUTES = 210  # 09:00–12:45 less one 15 min break; a half day leaves the exercises as homework
 #: what a GPU adds to each notebook's lesson ("no": the whole lesson runs on a CPU)
 GPU_PARTS = {
     "00_environment": "partly: CUDA-event timing, the no-sync trap, TF32/fp16 roofs, host→device bandwidth",
@@ -42,6 +49,7 @@ GPU_PARTS = {
     "09_capstone": "partly: CUDA graphs, GPU energy (NVML); the steps reorder on a GPU",
     "10_llm_decoding": "partly: CUDA graphs (reduce-overhead), the flash/efficient/cuDNN attention kernels",
 }
+#: the core, in teaching order: what a half day takes first (00 and 01 set up every later notebook)
 HALF_DAY = ["00_environment", "01_bottlenecks", "02_precision_quantization", "04_compilation_fusion"]
 MARKS = {
     "TEACHING.md": ("<!-- agenda:start -->", "<!-- agenda:end -->"),
@@ -84,24 +92,64 @@ def runtime_table() -> str:
     return "\n".join(lines)
 
 
-def slot(seconds: float, talk: int, exercises: int) -> int:
-    return 5 * math.ceil((talk + exercises + seconds / 60) / 5)
+def content(name: str) -> dict[str, int]:
+    """What a notebook asks of a learner: words of markdown, code cells, exercises."""
+    import re
+
+    nb = json.loads((REPO / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
+    cells = nb["cells"]
+    markdown = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    return {
+        "words": len(markdown.split()),
+        "code_cells": sum(c["cell_type"] == "code" for c in cells),
+        "exercises": len(set(re.findall(r"^answer_(\d+) = None", code, re.M))),
+    }
+
+
+def run_seconds(name: str, mode: str) -> tuple[float, str]:
+    """The notebook's measured run time for a session: full mode on the H200 (GPU days) or quick mode on the
+    2-core CPU (laptops), with where it was measured."""
+    cpu, gpu = runtimes(CPU), runtimes(GPU)
+    if mode == "gpu" and name in gpu:
+        return gpu[name]["seconds"], "full mode on the H200"
+    if mode == "gpu":
+        return cpu.get(name, {}).get("full_seconds", 600), "full mode on the 2-core CPU: no GPU run yet"
+    return cpu.get(name, {}).get("quick_seconds", 60), "quick mode on the 2-core CPU"
+
+
+def slot(name: str, mode: str, exercises: bool = True) -> int:
+    """Minutes for a notebook: reading, cells, exercises (unless left as homework) and its run time, rounded
+    up to 5."""
+    c = content(name)
+    work = c["words"] / READ_WORDS_PER_MIN + c["code_cells"] * MIN_PER_CODE_CELL
+    work += c["exercises"] * MIN_PER_EXERCISE if exercises else 0
+    return 5 * math.ceil((work + run_seconds(name, mode)[0] / 60) / 5)
+
+
+def pack(names: list[str], mode: str, budget: int, exercises: bool = True) -> list[list[str]]:
+    """Notebooks in course order, into sessions of at most ``budget`` minutes (one notebook per session if
+    it alone is longer)."""
+    days: list[list[str]] = [[]]
+    used = 0
+    for name in names:
+        length = slot(name, mode, exercises)
+        if days[-1] and used + length > budget:
+            days.append([])
+            used = 0
+        days[-1].append(name)
+        used += length
+    return days
 
 
 def agenda(
-    names: list[str], mode: str, minutes_per: dict[str, int], breaks: dict[int, tuple[str, int]], start_h: int = 9
+    names: list[str], mode: str, breaks: dict[int, tuple[str, int]], start_h: int = 9, exercises: bool = True
 ) -> str:
-    cpu, gpu = runtimes(CPU), runtimes(GPU)
     lines = ["| time | notebook | slot | of which running it |", "|---|---|---|---|"]
     clock = start_h * 60
     for i, name in enumerate(names):
-        if mode == "gpu" and name in gpu:
-            run, where = gpu[name]["seconds"], "full mode on the H200"
-        elif mode == "gpu":
-            run, where = cpu.get(name, {}).get("full_seconds", 600), "full mode on the 2-core CPU: no GPU run yet"
-        else:
-            run, where = cpu.get(name, {}).get("quick_seconds", 60), "quick mode on the 2-core CPU"
-        length = slot(run, **minutes_per)
+        run, where = run_seconds(name, mode)
+        length = slot(name, mode, exercises)
         lines.append(
             f"| {clock // 60:02d}:{clock % 60:02d} | {name[:2]} {name[3:].replace('_', ' ')} | {length} min "
             f"| {minutes(run)} ({where}) |"
@@ -115,14 +163,53 @@ def agenda(
     return "\n".join(lines)
 
 
+def estimate_table() -> str:
+    lines = [
+        "| # | notebook | words | code cells | exercises | slot, laptop (quick) | slot, GPU (full) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    total = {"cpu": 0, "gpu": 0}
+    for name in notebooks():
+        c = content(name)
+        cpu, gpu = slot(name, "cpu"), slot(name, "gpu")
+        total["cpu"] += cpu
+        total["gpu"] += gpu
+        lines.append(
+            f"| {name[:2]} | {name[3:].replace('_', ' ')} | {c['words']} | {c['code_cells']} | {c['exercises']} "
+            f"| {cpu} min | {gpu} min |"
+        )
+    lines.append(f"| | **whole course** | | | | **{total['cpu'] / 60:.1f} h** | **{total['gpu'] / 60:.1f} h** |")
+    return "\n".join(lines)
+
+
+def _breaks(day: list[str]) -> dict[int, tuple[str, int]]:
+    """A break after the first third, lunch near the middle, a break before the end (by notebook index)."""
+    n = len(day)
+    marks = {max(0, n // 3 - 1): ("break", 15), max(0, n // 2): ("lunch", 60), max(0, (3 * n) // 4): ("break", 15)}
+    return {i: v for i, v in sorted(marks.items()) if i < n - 1}
+
+
 def agenda_block() -> str:
-    half = agenda(HALF_DAY, "cpu", HALF_DAY_MINUTES, {1: ("break", 15)})
-    full = agenda(notebooks(), "gpu", FULL_DAY_MINUTES, {1: ("break", 15), 4: ("lunch", 60), 7: ("break", 15)})
+    core = pack(HALF_DAY, "cpu", HALF_DAY_SESSION_MINUTES, exercises=False)[0]
+    rest = [n[:2] for n in notebooks() if n not in core]
+    half = agenda(core, "cpu", {0: ("break", 15)} if len(core) > 1 else {}, exercises=False)
+    full_day = pack(notebooks(), "gpu", FULL_DAY_SESSION_MINUTES)
+    full = agenda(full_day[0], "gpu", _breaks(full_day[0]))
+    plan = "\n".join(
+        f"| day {i + 1} | {', '.join(n[:2] for n in day)} | {sum(slot(n, 'gpu') for n in day) / 60:.1f} h |"
+        for i, day in enumerate(full_day)
+    )
     return (
-        f"**Half day** (laptops, quick mode; {HALF_DAY_MINUTES['talk']} min of teaching and "
-        f"{HALF_DAY_MINUTES['exercises']} of exercises per notebook: the core of the course)\n\n{half}\n\n"
-        f"**Full day** (a GPU per participant, full mode; {FULL_DAY_MINUTES['talk']} min of teaching and "
-        f"{FULL_DAY_MINUTES['exercises']} of exercises per notebook)\n\n{full}"
+        "Minutes per notebook, estimated from what it asks of a learner: reading its markdown at "
+        f"{READ_WORDS_PER_MIN} words a minute, {MIN_PER_CODE_CELL} min per code cell (run it, read its output), "
+        f"{MIN_PER_EXERCISE} min per exercise, plus its measured run time, rounded up to 5 min.\n\n"
+        f"{estimate_table()}\n\n"
+        f"**Half day** (laptops, quick mode; {HALF_DAY_SESSION_MINUTES} min of sessions: the core, as much as "
+        f"fits, exercises left as homework)\n\n{half}\n\nHomework after a half day: the exercises of "
+        f"{', '.join(n[:2] for n in core)}, then notebooks {', '.join(rest)}.\n\n"
+        f"**Full day** (a GPU per participant, full mode; {FULL_DAY_SESSION_MINUTES} min of sessions)\n\n{full}\n\n"
+        f"**The whole course** (a GPU per participant, full mode; days of {FULL_DAY_SESSION_MINUTES} min of "
+        f"sessions, in course order)\n\n| day | notebooks | sessions |\n|---|---|---|\n{plan}"
     )
 
 
