@@ -88,8 +88,8 @@ def format_seconds(seconds: float, digits: int = 3) -> str:
     """``0.00123`` → ``'1.23 ms'``: a duration with a unit chosen so the number is between 1 and 1000 (NaN and
     infinity, a statistic of no samples, print as themselves)."""
     check_int("digits", digits, maximum=17, hint="pass how many significant digits to show, e.g. 3")
-    if isinstance(seconds, float) and not math.isfinite(seconds):
-        return str(seconds)
+    if isinstance(seconds, numbers.Real) and not isinstance(seconds, bool) and not math.isfinite(seconds):
+        return str(float(seconds))  # NaN or infinity (numpy's too): a statistic of no samples prints as itself
     check_number("seconds", seconds, hint="pass a duration in seconds, e.g. m.median")
     seconds = float(f"{seconds:.{digits}g}")  # round first so 0.9999 s shows as 1.00 s, not 1000 ms
     magnitude = abs(seconds)

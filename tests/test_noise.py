@@ -102,8 +102,14 @@ def test_each_entry_is_still_emitted_and_hidden_by_helpers(entry, emitted):
 
 def test_nothing_else_is_hidden(emitted):
     """With helpers imported, only the allowed lines disappear; anything else the triggers print remains."""
-    others = [line for line in emitted["raw"] if noise.allowed(line) is None]
-    assert all(line in emitted["with-helpers"] for line in others if line.strip())
+    import re
+
+    def shape(line):  # two processes differ in timestamps and pids, not in what they say
+        return re.sub(r"\d+", "#", line)
+
+    others = {shape(line) for line in emitted["raw"] if line.strip() and noise.allowed(line) is None}
+    kept = {shape(line) for line in emitted["with-helpers"]}
+    assert others <= kept, f"hidden although no entry allows it: {sorted(others - kept)[:3]}"
 
 
 @pytest.mark.parametrize("entry", noise.KNOWN, ids=lambda e: e.key)
