@@ -112,14 +112,25 @@ def vs_batch(batches: Sequence[int], measurements: Sequence[Measurement], title:
 
 
 @_styled
-def roofline(rf: Roofline, points: Sequence[tuple[Any, ...]] = (), title: str = "", dtype: str = "fp32") -> Any:
+def roofline(
+    rf: Roofline,
+    points: Sequence[tuple[Any, ...]] = (),
+    title: str = "",
+    dtype: str = "fp32",
+    overhead: Sequence[Any] = (),
+) -> Any:
     """The roofline of ``rf`` (one roof per measured float dtype) with workloads placed on it.
 
     ``points`` are ``(label, intensity FLOP/byte, achieved FLOP/s)``, or with a fourth item, the dtype whose
     roof the point is judged against (default ``dtype``). A point above its roof is drawn clamped onto it as
     a hollow marker with an arrow (never above it), and listed in the caption: :meth:`Roofline.place` says
-    why it happened."""
+    why it happened. Points whose label is in ``overhead`` (placements with ``overhead_bound``) are drawn as
+    crosses: their height is set by the cost per op, not by the roof above them."""
     check_instance("rf", rf, Roofline, hint="pass this machine's roofline, e.g. roofline.get_roofline(device)")
+    labels = [p[0] for p in points if isinstance(p, tuple) and p]
+    unknown = [o for o in overhead if o not in labels] if isinstance(overhead, (list, tuple, set)) else None
+    if unknown is None or unknown:
+        raise ValueError(f"overhead={overhead!r}: pass a list of point labels, among {labels}.")
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     lo = min([0.01] + [p[1] / 2 for p in points])
     hi = max([1e4] + [p[1] * 2 for p in points])
@@ -151,13 +162,20 @@ def roofline(rf: Roofline, points: Sequence[tuple[Any, ...]] = (), title: str = 
                 annotation_clip=False,
             )
             y = roof
+        elif label in overhead:
+            ax.plot([x], [y], "X", color=color, markersize=10)
         else:
             ax.plot([x], [y], "o", color=color, markersize=8)
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, -12 if j % 2 == 0 else 6), fontsize=9)
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="FLOP/s")
     ax.set_title(title or f"roofline of {rf.machine_id}: memory {rf.bandwidth / 1e9:.1f} GB/s")
+    notes = []
     if clamped:
-        fig.text(0.01, 0.01, f"hollow, with an arrow: above its roof, drawn on it ({', '.join(clamped)})", fontsize=8)
+        notes.append(f"hollow, with an arrow: above its roof, drawn on it ({', '.join(map(str, clamped))})")
+    if overhead:
+        notes.append("cross: overhead-bound, its height set by the cost per op, not by the roof")
+    if notes:
+        fig.text(0.01, 0.01, "; ".join(notes), fontsize=8)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig

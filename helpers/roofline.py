@@ -59,6 +59,8 @@ MAX_REMEASURES = 2
 #: Each sample of a compute roof lasts at least this long (several calls of a short kernel): a sub-millisecond
 #: kernel timed one call at a time jitters by more than the 10 % that flags a measurement noisy.
 ROOF_SAMPLE_TIME = 5e-3
+#: A placement below this fraction of its roof (and not overhead-bound) gets ``advice``: where the time went.
+FAR_BELOW_ROOF = 0.3
 
 
 def matmul_variant(dtype: str) -> str:
@@ -437,6 +439,7 @@ class Roofline:
             "overhead_bound": seconds < 10 * self.dispatch_latency and fraction < 0.5,
         }
         placed["explanation"] = self.explain_above_roof(placed, nbytes, dtype) if fraction > 1.0 else None
+        placed["advice"] = _advice(placed)
         return placed
 
     def explain_above_roof(self, placed: dict[str, Any], nbytes: float, dtype: str = "fp32") -> str:
@@ -587,6 +590,29 @@ class Roofline:
         """Record every roof with ``recorder`` (a :class:`helpers.results.Recorder`)."""
         for r in self.records():
             recorder(**r)
+
+
+def _advice(placed: dict[str, Any]) -> str | None:
+    """One line on where the time went when a placement is far below its roof (``FAR_BELOW_ROOF``), or None."""
+    pct = f"{placed['fraction_of_bound']:.0%}"
+    if placed["overhead_bound"]:
+        return (
+            f"overhead-bound: at {pct} of its roof, its time is close to the fixed cost of dispatching one op; "
+            "fewer, bigger ops would shorten it, more FLOP/s or bandwidth would not."
+        )
+    if placed["fraction_of_bound"] >= FAR_BELOW_ROOF:
+        return None
+    if placed["bound"] == "memory":
+        return (
+            f"at {pct} of the memory roof, far below it: the time went to something other than moving the "
+            "counted bytes, most often a fresh output allocated on every call (on a CPU its pages are faulted "
+            "in each time: pass out= a preallocated tensor), strided or gathered access, more work per byte "
+            "than counted, or a busy machine (re-run it when the machine is quiet)."
+        )
+    return (
+        f"at {pct} of the compute roof, far below it: the op is too small to fill this machine, its shape, "
+        "layout or dtype has no fast kernel here, or the machine is busy."
+    )
 
 
 def _mib(nbytes: float) -> str:

@@ -117,3 +117,22 @@ def test_doctor_bad_input(rf):
         doctor.diagnose(torch.relu, torch.randn(2, 3), rf, batch_dim=5)
     with pytest.raises(ValueError):
         doctor.diagnose_batches(torch.relu, lambda b: torch.randn(b, 3), [0], rf)
+
+
+def test_working_set_counts_weights_input_and_output():
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    x = torch.randn(3, 8)
+    weights = 4 * (8 * 4 + 4 + 4 * 2 + 2)
+    assert doctor.working_set_bytes(mlp, x, mlp(x)) == weights + 4 * 3 * 8 + 4 * 3 * 2
+    assert doctor.working_set_bytes(lambda t: t, x) == 4 * 3 * 8  # a function has no weights
+
+
+@pytest.mark.timing
+def test_cache_resident_call_is_judged_against_the_cache_and_doubled_twice(rf):
+    cached = roofline.Roofline(rf.device, "test", rf.peak_flops, rf.bandwidth, rf.dispatch_latency, cache_bytes=2**30)
+    mlp = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).eval()
+    d = doctor.diagnose(mlp, torch.randn(1, 784), cached)
+    assert d.cache_resident and d.memory_roof >= rf.bandwidth and d.working_set_bytes < 2**20
+    assert d.time_quadrupled.items == 4 and d.growth_again > 0
+    assert "fits in the" in d.explain() and "and ×2 again" in d.row()
+    assert not doctor.diagnose(mlp, torch.randn(1, 784), rf).cache_resident  # no cache size known: DRAM roof

@@ -50,6 +50,11 @@ def test_roofline_plot_has_a_roof_per_dtype_and_points():
     ax = fig.axes[0]
     assert len(ax.lines) == 2 + 2
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    fig = plotting.roofline(synthetic(), points=[("add", 0.125, 1e9), ("tiny", 0.125, 1e6)], overhead=["tiny"])
+    markers = [line.get_marker() for line in fig.axes[0].lines[2:]]
+    assert markers == ["o", "X"] and "overhead-bound" in fig.texts[0].get_text()
+    with pytest.raises(ValueError, match="point labels"):
+        plotting.roofline(synthetic(), points=[("add", 0.125, 1e9)], overhead=["nope"])
 
 
 def test_waterfall_marks_regressions():

@@ -48,6 +48,17 @@ def test_place_memory_and_compute_bound_work():
     assert not rf.place(flops, nbytes, seconds=seconds)["overhead_bound"]
 
 
+def test_advice_only_far_below_the_roof_and_says_where_the_time_went():
+    rf = synthetic()
+    flops, nbytes = rl.elementwise_cost(10_000_000)
+    assert rf.place(flops, nbytes, seconds=nbytes / 5e9)["advice"] is None  # 50 %: the roof limits it
+    slow = rf.place(flops, nbytes, seconds=nbytes / 1e9)["advice"]  # 10 % of the memory roof
+    assert "10% of the memory roof" in slow and "out=" in slow
+    flops, nbytes = rl.matmul_cost(1024, 1024, 1024)
+    assert "compute roof" in rf.place(flops, nbytes, seconds=flops / 10e9)["advice"]
+    assert rf.place(1.0, 8.0, seconds=3e-6)["advice"].startswith("overhead-bound")
+
+
 def test_roofline_bad_input():
     rf = synthetic()
     with pytest.raises(ValueError, match="no peak measured") as info:
