@@ -205,3 +205,34 @@ def traffic(fn: Callable[..., Any], *args: Any) -> Traffic:
         intermediate=written_between + counter.intermediate_reads,
         ops=counter.moving,
     )
+
+
+#: The Tensor methods through which Python code reads a value back from a tensor (on a GPU, each one waits for
+#: the device): what :func:`python_reads` counts.
+READ_METHODS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__", "__index__")
+
+
+def python_reads(fn: Callable[..., Any], *args: Any) -> dict[str, int]:
+    """Run ``fn(*args)`` once and count, by method, the values Python read back from tensors (``.item()``,
+    ``.tolist()``, ``.cpu()``, ``.numpy()``, ``float(t)``, ``int(t)``, ``if t:``). Unlike ``count_ops``'s
+    ``host_reads`` (device-to-host copies, which a CPU tensor never needs), this counts the reads themselves,
+    so a loop that would synchronise on a GPU is seen on a CPU too. The methods are restored afterwards."""
+    check_callable("fn", fn, hint="pass the function to run, e.g. python_reads(my_fn, x)")
+    counts = dict.fromkeys(READ_METHODS, 0)
+    originals = {name: getattr(torch.Tensor, name) for name in READ_METHODS}
+
+    def counting(name: str) -> Callable[..., Any]:
+        def read(self: torch.Tensor, *a: Any, **k: Any) -> Any:
+            counts[name] += 1
+            return originals[name](self, *a, **k)
+
+        return read
+
+    try:
+        for name in READ_METHODS:
+            setattr(torch.Tensor, name, counting(name))
+        fn(*args)
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+    return {name: n for name, n in counts.items() if n}

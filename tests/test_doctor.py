@@ -136,3 +136,18 @@ def test_cache_resident_call_is_judged_against_the_cache_and_doubled_twice(rf):
     assert d.time_quadrupled.items == 4 and d.growth_again > 0
     assert "fits in the" in d.explain() and "and ×2 again" in d.row()
     assert not doctor.diagnose(mlp, torch.randn(1, 784), rf).cache_resident  # no cache size known: DRAM roof
+
+
+def test_python_reads_counts_reads_a_cpu_tensor_needs_no_copy_for():
+    x = torch.randn(4, 3)
+
+    def per_row(t):
+        return [row.sum().item() for row in t] + [float(t.max())]
+
+    assert doctor.python_reads(per_row, x) == {"item": 4, "__float__": 1}
+    assert doctor.python_reads(lambda t: t.sum(dim=1).tolist(), x) == {"tolist": 1}
+    assert doctor.python_reads(lambda t: t * 2, x) == {}
+    assert torch.Tensor.item is not None and x.sum().item() == pytest.approx(float(x.sum()))  # restored
+    with pytest.raises(RuntimeError):
+        doctor.python_reads(lambda t: t.reshape(5), x)
+    assert "item" not in vars(torch.Tensor) or torch.Tensor.item.__name__ != "read"  # restored after an error
