@@ -179,6 +179,35 @@ def is_stable(rate: float, max_batch: int, service: Callable[[int], float]) -> b
     return rate < max_batch / seconds
 
 
+#: Settings whose simulated p99 is within this fraction of the lowest count as tied (:func:`lowest_p99`).
+P99_TIE = 0.01
+
+
+def lowest_p99(p99_by_setting: dict[int, float], tie: float = P99_TIE) -> int:
+    """The smallest setting (a max batch) whose p99 latency is within ``tie`` of the lowest. A simulation run at
+    a fixed seed is not a noisy measurement, but two settings a percent apart in p99 are the same for any
+    practical purpose, and the smaller batch then waits less and needs less memory."""
+    return min(tied_with_lowest_p99(p99_by_setting, tie))
+
+
+def tied_with_lowest_p99(p99_by_setting: dict[int, float], tie: float = P99_TIE) -> set[int]:
+    """Every setting whose p99 latency is within ``tie`` of the lowest (see :func:`lowest_p99`)."""
+    if not isinstance(p99_by_setting, dict) or not p99_by_setting:
+        raise ValueError("pass a non-empty dict {max batch: p99 latency in seconds}, e.g. {1: 0.002, 8: 0.001}.")
+    check_number("tie", tie, minimum=0, hint="pass the tie as a fraction, e.g. 0.01 for 1 %")
+    finite = {}
+    for k, v in p99_by_setting.items():
+        number = isinstance(v, int | float | np.floating) and not isinstance(v, bool) and not math.isnan(v) and v >= 0
+        if not number:
+            raise ValueError(f"p99 of {k!r} is {v!r}: pass p99 latencies in seconds (inf for an overloaded setting).")
+        if math.isfinite(v):
+            finite[k] = float(v)
+    if not finite:
+        raise ValueError("every p99 is infinite (every setting overloaded): lower the load or raise the max batch.")
+    lowest = min(finite.values())
+    return {k for k, v in finite.items() if v <= (1 + tie) * lowest}
+
+
 def simulate_server(
     rate: float, max_batch: int, timeout: float, service: Callable[[int], float], n_requests: int = 5000, seed: int = 0
 ) -> ServingResult:

@@ -138,3 +138,12 @@ def test_sweep_measures_every_batch():
     assert table.loc[2, "throughput"] == pytest.approx(2 / table.loc[2, "p50"])
     with pytest.raises(ValueError):
         batching.sweep(model, lambda b: torch.randn(b, 16), [], device="cpu")
+
+
+def test_lowest_p99_takes_the_smallest_setting_within_the_tie():
+    assert batching.lowest_p99({1: 3e-3, 8: 1.005e-3, 64: 1e-3, 512: float("inf")}) == 8
+    assert batching.lowest_p99({1: 3e-3, 8: 1.02e-3, 64: 1e-3}) == 64
+    assert batching.lowest_p99({4: 2e-3, 2: 2e-3}, tie=0) == 2
+    for bad in ({}, {1: float("nan")}, {1: -1.0}, {1: float("inf")}, [1e-3]):
+        with pytest.raises(ValueError):
+            batching.lowest_p99(bad)
