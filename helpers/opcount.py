@@ -220,6 +220,7 @@ def python_reads(fn: Callable[..., Any], *args: Any) -> dict[str, int]:
     check_callable("fn", fn, hint="pass the function to run, e.g. python_reads(my_fn, x)")
     counts = dict.fromkeys(READ_METHODS, 0)
     originals = {name: getattr(torch.Tensor, name) for name in READ_METHODS}
+    own = {name for name in READ_METHODS if name in vars(torch.Tensor)}  # the rest live on torch._C.TensorBase
 
     def counting(name: str) -> Callable[..., Any]:
         def read(self: torch.Tensor, *a: Any, **k: Any) -> Any:
@@ -234,5 +235,8 @@ def python_reads(fn: Callable[..., Any], *args: Any) -> dict[str, int]:
         fn(*args)
     finally:
         for name, original in originals.items():
-            setattr(torch.Tensor, name, original)
+            if name in own:
+                setattr(torch.Tensor, name, original)
+            else:
+                delattr(torch.Tensor, name)  # back to the inherited method, as before
     return {name: n for name, n in counts.items() if n}
