@@ -147,6 +147,37 @@ def latency_model(batches: Sequence[int], seconds: Sequence[float]) -> Callable[
     return service
 
 
+class SampledLatency:
+    """Service times drawn from the measured single-call samples of each batch size, so a simulation sees the
+    tail the sweep measured, not only its medians. Each call picks one quantile at random (of ``quantiles``
+    evenly spaced) and returns that quantile's latency curve at the batch asked for, interpolated between the
+    measured batch sizes as :func:`latency_model` does for the median. ``median`` is the median model (what
+    :func:`is_stable` should be given). :func:`simulate_server` reseeds it with its own seed, so a simulation
+    is repeatable."""
+
+    def __init__(
+        self, batches: Sequence[int], samples: Sequence[Sequence[float]], quantiles: int = 101, seed: int = 0
+    ) -> None:
+        check_int("quantiles", quantiles, minimum=2, maximum=10_001, hint="pass how many quantiles to keep, e.g. 101")
+        if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence) or len(samples) != len(batches):
+            raise ValueError(
+                "pass one list of measured seconds per batch size, e.g. [m.samples for m in measurements]."
+            )
+        for b, values in zip(batches, samples, strict=True):
+            check_numbers(f"samples of batch {b}", list(values), positive=True, hint="pass the measured seconds")
+        qs = np.linspace(0.0, 1.0, quantiles)
+        table = np.array([np.quantile(np.asarray(v, dtype=float), qs) for v in samples])
+        self._curves = [latency_model(batches, list(table[:, j])) for j in range(quantiles)]
+        self.median = latency_model(batches, [float(np.median(v)) for v in samples])
+        self.reseed(seed)
+
+    def reseed(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def __call__(self, n: int) -> float:
+        return self._curves[int(self._rng.integers(len(self._curves)))](n)
+
+
 @dataclass
 class ServingResult:
     rate: float
@@ -174,6 +205,8 @@ def is_stable(rate: float, max_batch: int, service: Callable[[int], float]) -> b
     check_number("rate", rate, positive=True, hint="pass the arrival rate in requests per second, e.g. 100")
     check_int("max_batch", max_batch, hint="pass the largest batch the server forms, e.g. 32")
     check_callable("service", service, hint="pass a function batch size → seconds, e.g. latency_model(...)")
+    if isinstance(service, SampledLatency):
+        service = service.median  # stability is about the typical batch, not one random draw
     seconds = service(max_batch)
     check_number("service(max_batch)", seconds, positive=True, hint="service must return a positive time in seconds")
     return rate < max_batch / seconds
@@ -213,13 +246,15 @@ def simulate_server(
 ) -> ServingResult:
     """A server that batches requests: Poisson arrivals at ``rate`` per second; when the server is free and a
     request waits, it starts a batch once ``max_batch`` requests are queued or the oldest has waited
-    ``timeout`` seconds, and the batch takes ``service(size)`` seconds. Returns each request's latency
-    (queueing + service)."""
+    ``timeout`` seconds, and the batch takes ``service(size)`` seconds (a :class:`SampledLatency` draws it from
+    the measured samples). Returns each request's latency (queueing + service)."""
     check_number("rate", rate, positive=True, hint="pass the arrival rate in requests per second, e.g. 100")
     check_int("max_batch", max_batch, hint="pass the largest batch the server forms, e.g. 32")
     check_number("timeout", timeout, minimum=0, hint="pass how long (seconds) the oldest request may wait, e.g. 0.002")
     check_int("n_requests", n_requests, maximum=10**7, hint="pass how many requests to simulate, e.g. 5000")
     check_callable("service", service, hint="pass a function batch size → seconds, e.g. latency_model(...)")
+    if isinstance(service, SampledLatency):
+        service.reseed(seed + 1)  # its draws repeat with the simulation's seed
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1 / rate, n_requests))
     latencies = np.empty(n_requests)

@@ -147,3 +147,19 @@ def test_lowest_p99_takes_the_smallest_setting_within_the_tie():
     for bad in ({}, {1: float("nan")}, {1: -1.0}, {1: float("inf")}, [1e-3]):
         with pytest.raises(ValueError):
             batching.lowest_p99(bad)
+
+
+def test_sampled_latency_draws_the_measured_tail_and_repeats_with_the_seed():
+    fast = [1e-3] * 90 + [5e-3] * 10  # batch 1: a 10 % tail at 5 ms
+    sampled = batching.SampledLatency([1, 4], [fast, [4e-3] * 100])
+    draws = [sampled(1) for _ in range(2000)]
+    assert min(draws) == pytest.approx(1e-3) and max(draws) == pytest.approx(5e-3)
+    assert 0.05 < sum(d > 2e-3 for d in draws) / len(draws) < 0.2  # the tail, at about its measured share
+    assert sampled.median(1) == pytest.approx(1e-3) and sampled(8) == pytest.approx(8e-3)  # beyond: proportional
+    a = batching.simulate_server(500, 4, 1e-3, sampled, n_requests=2000, seed=3).latencies
+    b = batching.simulate_server(500, 4, 1e-3, sampled, n_requests=2000, seed=3).latencies
+    median_only = batching.simulate_server(500, 4, 1e-3, sampled.median, n_requests=2000, seed=3).latencies
+    assert (a == b).all() and np.percentile(a, 99) > np.percentile(median_only, 99)
+    for bad in ([[1e-3]], [[1e-3], []], "ab"):
+        with pytest.raises(ValueError):
+            batching.SampledLatency([1, 4], bad)
