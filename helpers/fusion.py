@@ -229,19 +229,30 @@ def kernel_excerpt(code: str, max_lines: int = 30) -> str:
     return excerpt + (f"\n    … ({len(lines) - max_lines} more lines)" if len(lines) > max_lines else "")
 
 
+_ACTIVATIONS = ("gelu", "relu", "silu", "tanh", "sigmoid")
+
+
+def _template_kernels(code: str) -> list[str]:
+    """Generated GEMM templates: Triton's are named ``triton_tem_fused_<ops>``; Inductor's C++ GEMM template
+    (CPU, used with ``freezing`` and ``max_autotune``) is a ``cpp_fused_<mm ops>`` kernel built on its micro-GEMM,
+    with no library GEMM call left in the code."""
+    names = kernel_names(code)
+    triton = [n for n in names if "tem_fused" in n]
+    library_gemm = {"mm", "addmm", "bmm", "baddbmm"} & set(extern_calls(code))
+    cpp = [n for n in names if n.startswith("cpp_fused") and "mm" in n]
+    return triton + (cpp if "micro_gemm" in code and not library_gemm else [])
+
+
 def gemm_epilogue_fused(code: str) -> bool:
-    """Whether the generated code computes a GEMM in a generated template with an activation fused into it
-    (Triton templates are named ``triton_tem_fused_<ops>``)."""
-    return any(
-        "tem_fused" in n and any(act in n for act in ("gelu", "relu", "silu", "tanh", "sigmoid"))
-        for n in kernel_names(code)
-    )
+    """Whether the generated code computes a GEMM in a generated template with an activation fused into it:
+    one kernel that does both (see :func:`_template_kernels` for how each backend's templates are recognised)."""
+    return any(any(act in n for act in _ACTIVATIONS) for n in _template_kernels(code))
 
 
 def describe_gemm(code: str) -> str:
     """One sentence on how the generated code does a GEMM followed by bias and activation."""
     names, externs = kernel_names(code), extern_calls(code)
-    templates = [n for n in names if "tem_fused" in n]
+    templates = _template_kernels(code)
     others = ", ".join(n for n in names if n not in templates) or "none"
     if gemm_epilogue_fused(code):
         return f"the GEMM is a generated template ({templates[0]}) with the activation fused into it"

@@ -147,3 +147,28 @@ def test_describe_gemm_reads_the_generated_code():
     assert "bias folded in (addmm)" in fusion.describe_gemm(CPP_CODE)
     after_mm = TRITON_CODE + "\n    extern_kernels.mm(a, b, out=buf0)\n"
     assert "fused into one kernel after it" in fusion.describe_gemm(after_mm)
+    cpp_template = (
+        CPP_CODE.replace("cpp_fused_add_relu_0", "cpp_fused_addmm_relu_0").replace(
+            "    extern_kernels.addmm(a, b, c, out=buf0)\n", ""
+        )
+        + "// micro_gemm<float>(A, B, C)\n"
+    )
+    assert fusion.gemm_epilogue_fused(cpp_template) and "cpp_fused_addmm_relu_0" in fusion.describe_gemm(cpp_template)
+    assert not fusion.gemm_epilogue_fused(cpp_template + "    extern_kernels.mm(a, b, out=buf0)\n")
+
+
+def test_cpu_gemm_template_takes_the_epilogue_with_freezing_and_max_autotune():
+    # The real thing, small: Inductor's C++ GEMM template fuses the GELU into the GEMM (one kernel, no library
+    # GEMM) when the weights are frozen constants and max-autotune may pick the template.
+    import torch._inductor.config as inductor_config
+    from torch._inductor.utils import run_and_get_code
+
+    layer = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()).eval()
+    x = torch.randn(32, 64)
+    torch._dynamo.reset()
+    settings = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP"}
+    with torch.no_grad(), inductor_config.patch(settings):
+        out, codes = run_and_get_code(torch.compile(layer), x)
+    torch._dynamo.reset()
+    torch.testing.assert_close(out, layer(x), rtol=1e-4, atol=1e-4)
+    assert fusion.gemm_epilogue_fused("\n".join(codes)), fusion.describe_gemm("\n".join(codes))
