@@ -3,8 +3,9 @@ the roofline, and the cumulative waterfall. Each function returns the matplotlib
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -28,10 +29,20 @@ GOOD, BAD, NEUTRAL = "#2a9d8f", "#e76f51", "#577590"
 PALETTE = [NEUTRAL, GOOD, "#f4a261", "#8e6c8a", "#e9c46a", "#264653", BAD]
 
 
-def style() -> Any:
+@contextlib.contextmanager
+def style() -> Iterator[None]:
     """The course's look for the figures made inside the block, leaving the learner's own matplotlib settings
-    (``rcParams``) as they were: ``with plotting.style(): fig, ax = plt.subplots()``."""
-    return plt.style.context(STYLE)
+    (``rcParams``) as they were: ``with plotting.style(): fig, ax = plt.subplots()``.
+
+    Only the keys of :data:`STYLE` are set and restored. ``plt.style.context`` restores *every* setting on
+    exit, ``interactive`` included: when the block is where pyplot first starts Jupyter's inline backend (which
+    turns ``interactive`` on), leaving it turns it off again, and from then on no figure a cell makes is shown."""
+    saved = {key: plt.rcParams[key] for key in STYLE}
+    plt.rcParams.update(STYLE)
+    try:
+        yield
+    finally:
+        plt.rcParams.update(saved)
 
 
 def subplots(*args: Any, **kwargs: Any) -> Any:

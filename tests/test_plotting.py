@@ -45,6 +45,18 @@ def test_the_course_style_leaves_the_learners_settings_alone():
     assert not ax.spines["right"].get_visible() and dict(plt.rcParams) == before
 
 
+def test_style_restores_only_its_own_settings():
+    # Jupyter's inline backend turns interactive mode on when pyplot first starts it, which may happen inside
+    # the block; restoring every rcParam on exit would turn it off again and hide every later figure.
+    before = plt.rcParams["interactive"]
+    with plotting.style():
+        plt.rcParams["interactive"] = not before
+    try:
+        assert plt.rcParams["interactive"] == (not before)
+    finally:
+        plt.rcParams["interactive"] = before
+
+
 def test_roofline_plot_has_a_roof_per_dtype_and_points():
     fig = plotting.roofline(synthetic(), points=[("add", 0.125, 1e9), ("matmul", 100.0, 80e9)])
     ax = fig.axes[0]
