@@ -104,6 +104,15 @@ class Verdict:
             return f"{1 / self.ratio:.2f}× slower"
         return self.outcome
 
+    def phrase(self) -> str:
+        """A clause naming the baseline: ``'1.83× faster than eager'``, ``'within noise of eager'``,
+        ``'too few samples to compare with eager'``."""
+        if self.decided:
+            return f"{self.short()} than {self.baseline}"
+        if self.outcome == "within noise":
+            return f"within noise of {self.baseline}"
+        return f"too few samples to compare with {self.baseline}"
+
     def __str__(self) -> str:
         return self.sentence()
 

@@ -122,3 +122,12 @@ def test_interleaved_stays_within_its_budget():
     ms = interleaved({"a": lambda: time.sleep(0.01), "b": lambda: time.sleep(0.01)}, repeats=1000, budget=0.3)
     assert time.perf_counter() - start < 0.02 + 0.3 + 0.3
     assert 1 <= ms["a"].n < 1000 and ms["a"].n == ms["b"].n
+
+
+def test_phrase_names_the_baseline_for_every_outcome():
+    from helpers.verdict import verdict
+
+    fast, slow = [1.0] * 10, [2.0] * 10
+    assert verdict(fast, slow).phrase().endswith("faster than baseline")
+    assert verdict(fast, fast).phrase() == "within noise of baseline"
+    assert verdict([1.0], slow).phrase() == "too few samples to compare with baseline"
