@@ -51,4 +51,4 @@ def no_gpu():
     return True
 
 
-os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("MPLBACKEND", "Agg")  # this process; the notebook test gives its kernels inline

@@ -35,7 +35,10 @@ def figures_missing(notebook) -> list[int]:
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_and_shows_only_explained_messages(path):
+def test_notebook_runs_and_shows_only_explained_messages(path, monkeypatch):
+    # The kernel gets Jupyter's own inline backend, as a learner's does (conftest sets Agg for this process,
+    # and a kernel inherits the environment): figures are then really displayed, and checked below.
+    monkeypatch.delenv("MPLBACKEND", raising=False)
     run = execute(path, outputs_dir() / "executed" / path.name, timeout=600)
     assert run.status == "ok", f"{path.name} failed at {run.error}\n(executed copy: {run.path})"
     assert not figures_missing(run.notebook), f"{path.name}: cells {figures_missing(run.notebook)} drew no figure"
