@@ -94,6 +94,8 @@ class OpCounter(TorchDispatchMode):
         self.written: dict[int, int] = {}  # storage -> bytes, for storages this call produced
         self.external: dict[int, int] = {}  # storage -> bytes, for inputs read from outside the call
         self.intermediate_reads = 0
+        self.external_reads = 0  # every read of an outside input, repeats included
+        self.writes = 0  # every write, rewrites of the same storage (in-place ops) included
         self.alive: list[torch.Tensor] = []  # fused rule: outputs kept until the call ends (see the docstring)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
@@ -131,8 +133,10 @@ class OpCounter(TorchDispatchMode):
                     self.intermediate_reads += _nbytes(t)
                 else:
                     self.external[key] = max(self.external.get(key, 0), _nbytes(t))
+                    self.external_reads += _nbytes(t)
             for t in outputs:
                 self.written[t.untyped_storage().data_ptr()] = _nbytes(t)
+                self.writes += _nbytes(t)
                 self.alive.append(t)
 
 
@@ -178,12 +182,15 @@ class Traffic:
     """Bytes one call moves through memory: each eager op reading its inputs and writing its output
     (``unfused``, the per-op rule), against reading the call's inputs once and writing its outputs once
     (``fused``, the fused rule: what a single perfectly fused kernel would move). ``intermediate`` is what the
-    ops wrote for each other (and read back); ``ops`` the ops that moved bytes, in order."""
+    ops wrote for each other and read back, in-place rewrites included (a ReLU or a residual add applied to a
+    tensor already written); ``reread`` the inputs from outside read again by a later op (one input feeding two
+    ops). Fusing saves both: ``unfused == fused + intermediate + reread``. ``ops``: the ops that moved bytes."""
 
     unfused: int
     fused: int
     intermediate: int
     ops: list[str]
+    reread: int = 0
 
     @property
     def saving(self) -> float:
@@ -198,12 +205,13 @@ def traffic(fn: Callable[..., Any], *args: Any) -> Traffic:
         result = fn(*args)
     final = {t.untyped_storage().data_ptr(): _nbytes(t) for t in _unique(torch.utils._pytree.tree_leaves(result))}
     fused = sum(counter.external.values()) + sum(final.values())
-    written_between = sum(b for k, b in counter.written.items() if k not in final)
+    final_written = sum(b for k, b in final.items() if k in counter.written)  # the last write of each output
     return Traffic(
         unfused=counter.bytes,
         fused=fused,
-        intermediate=written_between + counter.intermediate_reads,
+        intermediate=counter.intermediate_reads + counter.writes - final_written,
         ops=counter.moving,
+        reread=counter.external_reads - sum(counter.external.values()),
     )
 
 

@@ -724,6 +724,28 @@ def _compatible(rf: Roofline, dev: torch.device, mode: str) -> bool:
     )
 
 
+def _limit(rf: Roofline, name: str) -> float:
+    """One limit by its noisy-list name: a dtype's peak FLOP/s, ``bandwidth`` or ``dispatch``."""
+    if name == "bandwidth":
+        return rf.bandwidth
+    if name == "dispatch":
+        return rf.dispatch_latency
+    return rf.peak_flops.get(name, math.nan)
+
+
+def _format_limit(name: str, value: float, spread: float | None) -> str:
+    if not math.isfinite(value):
+        return "nothing"
+    text = (
+        f"{value / 1e9:,.1f} GB/s"
+        if name == "bandwidth"
+        else f"{value * 1e6:.2f} µs/op"
+        if name == "dispatch"
+        else f"{value / 1e9:,.1f} G{'OP' if name == 'int8' else 'FLOP'}/s"
+    )
+    return text + (f" (spread {spread:.0%})" if spread is not None and math.isfinite(spread) else "")
+
+
 def _merge(old: Roofline, new: Roofline) -> Roofline:
     """Each roof keeps its better value (higher FLOP/s and bandwidth, lower latency) with that value's spread,
     size, source and noise flag; a limit ``new`` did not measure is taken from ``old``."""
@@ -780,7 +802,16 @@ def get_roofline(device: DeviceLike = None, dtypes: list[str] | None = None, ref
         return stored
     print(f"roofline: the stored one is noisy ({', '.join(stored.noisy)}): measuring those again")
     again = _measure(dev, [n for n in stored.noisy if n in _DTYPES], set(stored.noisy))
+    before = {n: (_limit(stored, n), stored.spread.get(n)) for n in stored.noisy}
+    after = {n: (_limit(again, n), again.spread.get(n)) for n in stored.noisy}
     rf = _merge(stored, again)  # what was not measured again (NaN here) is taken from the stored one
+    for name, (old, old_spread) in before.items():
+        new, new_spread = after[name]
+        kept = "the new value" if _limit(rf, name) == new and new != old else "the stored value"
+        print(
+            f"roofline: {name} measured again: {_format_limit(name, new, new_spread)} against the stored "
+            f"{_format_limit(name, old, old_spread)}; kept {kept}, the better one (the table shows it)"
+        )
     rf.remeasures = stored.remeasures + 1 if rf.noisy else 0
     save_roofline(rf)
     return rf

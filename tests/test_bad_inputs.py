@@ -24,6 +24,7 @@ from helpers import (
     data,
     device,
     doctor,
+    energy,
     harness,
     llm,
     memory,
@@ -210,6 +211,14 @@ def _cases():
                 "batch_size": "posint",
                 "lr": "posfloat",
             },
+        ),
+        # energy
+        (energy.counter, ("cpu",), {}, {"device": "device"}),
+        (
+            energy.samples,
+            ({"a": lambda: None},),
+            {"window": 0.2, "windows": 1},
+            {"fns": "config", "device": "device", "window": "posfloat", "windows": "posint"},
         ),
         # memory and oom
         (memory.peak_allocated_bytes, (lambda: torch.ones(2), "cpu"), {}, {"fn": "callable", "device": "device"}),

@@ -7,6 +7,7 @@ import torch
 from conftest import one_line
 
 from helpers import fusion, noise
+from helpers.models import torchvision_model
 
 
 def chain(x):
@@ -73,6 +74,24 @@ def test_traffic_of_independent_ops_reads_the_input_once_when_fused():
     t = fusion.traffic(lambda v: (v.sum(-1), v.amax(-1)), x)
     assert t.intermediate == 0
     assert t.fused == 4000 + 2 * 40
+    assert t.reread == 4000  # the second op reads x again
+    assert t.unfused == t.fused + t.intermediate + t.reread
+
+
+def test_traffic_adds_up_with_in_place_ops_and_residuals():
+    block = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 3, padding=1), torch.nn.BatchNorm2d(3), torch.nn.ReLU(True))
+
+    def residual(x):
+        out = block(x)
+        out += x  # an in-place add onto a tensor already written, reading the outside input again
+        return torch.relu_(out)
+
+    t = fusion.traffic(residual, torch.randn(2, 3, 8, 8))
+    assert t.unfused == t.fused + t.intermediate + t.reread
+    assert t.reread == 2 * 3 * 8 * 8 * 4  # x: read by the convolution, then again by the residual add
+    resnet = torchvision_model("resnet18").eval()
+    big = fusion.traffic(resnet, torch.randn(1, 3, 32, 32))
+    assert big.unfused == big.fused + big.intermediate + big.reread
 
 
 CPP_CODE = """

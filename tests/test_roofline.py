@@ -148,7 +148,7 @@ def test_roof_is_stored_and_reused_not_remeasured(monkeypatch, capsys):
         rl.get_roofline("cpu")
 
 
-def test_a_noisy_or_foreign_roof_is_measured_again_and_keeps_the_better_value(monkeypatch):
+def test_a_noisy_or_foreign_roof_is_measured_again_and_keeps_the_better_value(monkeypatch, capsys):
     stored = synthetic()
     stored.mode, stored.torch, stored.threads = "quick", torch.__version__, torch.get_num_threads()
     stored.device, stored.machine_id = "cpu", rl.machine_id("cpu")
@@ -158,6 +158,10 @@ def test_a_noisy_or_foreign_roof_is_measured_again_and_keeps_the_better_value(mo
     rf = rl.get_roofline("cpu")
     assert rf.origin == "measured"
     assert rf.peak_flops["fp32"] == 1e15 and rf.bandwidth >= 10e9  # each roof: the better value
+    said = [line for line in capsys.readouterr().out.splitlines() if "bandwidth measured again" in line]
+    kept_new = rf.bandwidth != stored.bandwidth
+    assert len(said) == 1 and ("kept the new value" if kept_new else "kept the stored value") in said[0]
+    assert f"{rf.bandwidth / 1e9:,.1f} GB/s" in said[0]  # the printed line names the value the table shows
     again = rl.load_roofline("cpu")
     assert again.peak_flops["fp32"] == 1e15
     stored.torch = "0.0.0"  # another torch: not reused, and not merged either

@@ -1,0 +1,166 @@
+"""Energy per call, read from the device's own energy counter, never estimated.
+
+* A CUDA GPU: NVML's ``nvmlDeviceGetTotalEnergyConsumption`` (millijoules since the driver loaded; Volta and
+  newer), from ``nvidia-ml-py``. The GPU is found by UUID, so it is the one PyTorch uses also when
+  ``CUDA_VISIBLE_DEVICES`` renumbers them.
+* A CPU: Linux's RAPL counter (``/sys/class/powercap/intel-rapl:0/energy_uj``, the package domain; AMD's
+  Zen CPUs expose it under the same name). Virtual machines and unprivileged users usually cannot read it.
+* Anything else (Apple, Windows, a VM): not available, said in one line.
+
+Both counters measure the **whole device**, idle power included: the energy the machine really draws while it
+serves. NVML's counter is refreshed every few tens of milliseconds, so a window must be much longer than that
+(:data:`MIN_WINDOW`). :func:`samples` measures candidates in interleaved windows (drift, such as a GPU warming
+up, hits both alike), so :func:`helpers.verdict.verdict` can judge joules per call like times: a smaller value
+wins. :func:`sentence` words that verdict in energy terms.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .checks import check_callable, check_int, check_number
+from .device import DeviceLike, choose_device, sync
+from .verdict import Verdict
+
+RAPL = "/sys/class/powercap/intel-rapl:0"
+#: Shortest window (seconds) a sample may use: NVML's counter moves in steps of tens of milliseconds.
+MIN_WINDOW = 0.2
+
+
+@dataclass
+class Counter:
+    """An open energy counter: ``read()`` gives joules since an arbitrary origin; ``close()`` releases it."""
+
+    name: str
+    read: Callable[[], float]
+    wrap: float | None = None  # the value after which the counter restarts at 0 (RAPL), if known
+    close: Callable[[], None] = lambda: None
+
+
+def _nvml(device: torch.device) -> Counter | str:
+    try:
+        import pynvml  # from nvidia-ml-py (requirements.txt)
+    except ImportError:
+        return "nvidia-ml-py is not installed (`make setup` installs it)"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        return f"NVML cannot start ({err})"
+    try:
+        uuid = str(torch.cuda.get_device_properties(device).uuid)
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)  # NotSupported before Volta
+    except pynvml.NVMLError as err:
+        pynvml.nvmlShutdown()
+        return f"NVML has no energy counter for this GPU ({err})"
+    name = pynvml.nvmlDeviceGetName(handle)
+    return Counter(
+        name=f"NVML total energy of {name.decode() if isinstance(name, bytes) else name}",
+        read=lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000,  # mJ → J
+        close=pynvml.nvmlShutdown,
+    )
+
+
+def _rapl(root: str) -> Counter | str:
+    path = os.path.join(root, "energy_uj")
+    if not os.access(path, os.R_OK):
+        why = "no RAPL counter (a VM, macOS or Windows)" if not os.path.exists(path) else "RAPL needs root here"
+        return f"{why}: {path} is not readable"
+
+    def read() -> float:
+        with open(path) as f:
+            return int(f.read()) / 1e6  # µJ → J
+
+    try:
+        with open(os.path.join(root, "max_energy_range_uj")) as f:
+            wrap = int(f.read()) / 1e6
+    except (OSError, ValueError):
+        wrap = None
+    try:
+        with open(os.path.join(root, "name")) as f:
+            domain = f.read().strip()
+    except OSError:
+        domain = "package"
+    return Counter(name=f"RAPL {domain} energy of the CPU", read=read, wrap=wrap)
+
+
+def counter(device: DeviceLike = None) -> Counter | str:
+    """The energy counter of ``device`` (a CUDA GPU or the CPU), or a one-line reason it cannot be read here."""
+    dev = choose_device(device if device is not None else "cpu")
+    if dev.type == "cuda":
+        return _nvml(dev)
+    if dev.type == "cpu":
+        return _rapl(RAPL)
+    return f"no energy counter the course can read for a {dev.type} device"
+
+
+def _used(c: Counter, start: float, end: float) -> float:
+    if end >= start:
+        return end - start
+    if c.wrap is None:
+        raise RuntimeError(f"the {c.name} counter went backwards and its range is unknown: measure again.")
+    return end + c.wrap - start
+
+
+def samples(
+    fns: Mapping[str, Callable[[], Any]],
+    device: DeviceLike = None,
+    *,
+    window: float = 0.5,
+    windows: int = 5,
+) -> dict[str, list[float]] | str:
+    """Joules per call of each of ``fns`` (name → a no-argument call), in ``windows`` interleaved windows of
+    about ``window`` seconds each, on ``device``'s counter: ``{name: [J/call per window]}``, or the reason no
+    counter is readable here. Warm each call up before (the first call of a compiled function is compilation)."""
+    if not isinstance(fns, Mapping) or not fns:
+        raise ValueError(f"fns={fns!r} is not allowed: fns must be a dict of name → a call with no arguments.")
+    for name, fn in fns.items():
+        check_callable(f"fns[{name!r}]", fn)
+    check_number("window", window, minimum=MIN_WINDOW, hint=f"NVML's counter needs ≥ {MIN_WINDOW} s windows.")
+    check_int("windows", windows, 1, hint="pass 5 or more to give the verdict enough samples.")
+    dev = choose_device(device if device is not None else "cpu")
+    c = counter(dev)
+    if isinstance(c, str):
+        return c
+    out: dict[str, list[float]] = {name: [] for name in fns}
+    try:
+        for _ in range(windows):
+            for name, fn in fns.items():
+                sync(dev)
+                start, t0, calls = c.read(), time.perf_counter(), 0
+                while time.perf_counter() - t0 < window:
+                    fn()
+                    calls += 1
+                sync(dev)
+                out[name].append(_used(c, start, c.read()) / calls)
+    finally:
+        c.close()
+    return out
+
+
+def sentence(v: Verdict, per: str = "call") -> str:
+    """A verdict on joules per ``per`` (candidate vs baseline, smaller wins) in energy words; the interval is of
+    the factor the sentence names (less energy: baseline ÷ candidate; more energy: its inverse)."""
+    pct = f"{v.confidence:.0%} interval"
+    if v.outcome == "faster":
+        return (
+            f"{v.candidate} uses {v.ratio:.2f}× less energy per {per} than {v.baseline} "
+            f"({pct} {v.low:.2f}–{v.high:.2f}×)."
+        )
+    if v.outcome == "slower":
+        return (
+            f"{v.candidate} uses {1 / v.ratio:.2f}× more energy per {per} than {v.baseline} "
+            f"({pct} {1 / v.high:.2f}–{1 / v.low:.2f}×)."
+        )
+    if v.outcome == "within noise":
+        return (
+            f"{v.candidate} and {v.baseline} use the same energy per {per} within noise (a {v.ratio:.2f}× "
+            f"ratio, {pct} {v.low:.2f}–{v.high:.2f}× includes 1)."
+        )
+    return f"too few energy windows to compare {v.candidate} with {v.baseline} ({v.n[0]} and {v.n[1]})."
