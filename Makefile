@@ -14,7 +14,7 @@ LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 # extra JupyterLab options, e.g. make lab LAB_ARGS="--no-browser --ip=0.0.0.0"
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-helpers test-notebooks lint format full-run html data clean
+.PHONY: setup lab test test-helpers test-notebooks lint format full-run html data trt clean
 
 setup: $(STAMP)
 
@@ -73,6 +73,12 @@ data: setup
 	$(BIN)/python -m pip install --quiet -r scripts/requirements-data.txt
 	$(BIN)/python scripts/make_data.py
 	$(BIN)/python scripts/train_digits.py
+
+# Optional, by hand on a machine with an NVIDIA GPU (several GB): TensorRT 10 for ONNX Runtime's TensorRT
+# provider (requirements-trt.txt says why 10 and not 11), then what the provider needs that is still missing.
+trt: setup
+	$(BIN)/python -m pip install --disable-pip-version-check -r requirements-trt.txt
+	$(BIN)/python -c 'from helpers import onnxrt; print(onnxrt.tensorrt_report())'
 
 # Everything a run produced: results, traces, exported models, handouts, compile caches.
 clean:

@@ -158,7 +158,66 @@ def _tiny_model() -> bytes:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    # IR version 10 (ONNX 1.16): a newer onnx package writes a newer IR by default, which an older ORT refuses
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    return model.SerializeToString()
+
+
+#: What ONNX Runtime's TensorRT provider library links from TensorRT (its NEEDED entries in onnxruntime-gpu
+#: 1.31): TensorRT 10's sonames. ``make trt`` installs them (requirements-trt.txt).
+TENSORRT_LIBS = ("libnvinfer.so.10", "libnvonnxparser.so.10")
+
+
+def _library_dirs() -> list[Path]:
+    """Where a pip-installed shared library can be: LD_LIBRARY_PATH, then the site-packages folders that
+    NVIDIA's wheels use (``tensorrt_libs``, ``nvidia/*/lib``)."""
+    import site
+
+    dirs = [Path(d) for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    roots = [*site.getsitepackages(), site.getusersitepackages()]
+    for root in map(Path, roots):
+        dirs += [root / "tensorrt_libs", *sorted(root.glob("nvidia/*/lib")), *sorted(root.glob("nvidia/*/*/lib"))]
+    return [d for d in dirs if d.is_dir()]
+
+
+def find_library(soname: str) -> Path | None:
+    """The file of a shared library by its soname (``libnvinfer.so.10``) in :func:`_library_dirs`, or in the
+    system loader's cache (``ldconfig -p``); None when it is nowhere."""
+    import subprocess
+
+    for folder in _library_dirs():
+        if (folder / soname).exists():
+            return folder / soname
+    try:
+        cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in cache.splitlines():
+        name, _, target = line.strip().partition(" => ")
+        if name.split(" ")[0] == soname and target:
+            return Path(target)
+    return None
+
+
+def tensorrt_report() -> str:
+    """Where each TensorRT library the provider needs was found (or that it is missing), and the provider's
+    status: what ``make trt`` prints after installing."""
+    lines = [f"{lib}: {find_library(lib) or 'missing (make trt installs TensorRT 10)'}" for lib in TENSORRT_LIBS]
+    works, why = provider_status("TensorrtExecutionProvider")
+    return "\n".join([*lines, f"TensorrtExecutionProvider: {'works' if works else 'does not run here'}: {why}"])
+
+
+def _load_tensorrt() -> str | None:
+    """Load TensorRT's libraries into the process (by path, globally), so the provider's own dlopen finds them
+    without LD_LIBRARY_PATH; the reason when one cannot be loaded."""
+    import ctypes
+
+    for lib in TENSORRT_LIBS:
+        try:
+            ctypes.CDLL(str(find_library(lib)), mode=ctypes.RTLD_GLOBAL)
+        except OSError as exc:
+            return f"{lib} did not load ({str(exc).splitlines()[0]})"
+    return None
 
 
 def provider_status(provider: str) -> tuple[bool, str]:
@@ -170,11 +229,16 @@ def provider_status(provider: str) -> tuple[bool, str]:
         return False, f"not in this onnxruntime build ({ort.__version__}; a CPU-only wheel lists no GPU providers)"
     if provider == "CPUExecutionProvider":
         return True, "always available"
+    missing = [lib for lib in TENSORRT_LIBS if find_library(lib) is None] if provider.startswith("Tensorrt") else []
+    if missing:
+        return False, f"TensorRT 10 is not installed ({', '.join(missing)} not found): `make trt` installs it"
     if not torch.cuda.is_available():  # CUDA and TensorRT providers need a CUDA GPU
         return False, "no CUDA GPU here (torch.cuda.is_available() is False)"
     if hasattr(ort, "preload_dlls"):  # CUDA/cuDNN libraries from the pip-installed nvidia wheels (torch's)
         with contextlib.suppress(Exception):
             ort.preload_dlls()
+    if provider.startswith("Tensorrt") and (failed := _load_tensorrt()):
+        return False, failed
     try:
         with _ort_quiet():
             sess = ort.InferenceSession(_tiny_model(), providers=[provider, "CPUExecutionProvider"])

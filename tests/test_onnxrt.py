@@ -154,3 +154,42 @@ def test_quantize_static_and_dynamic(cnn_path):
         out = onnxrt.OrtModel(onnxrt.session(quantized))(x)
         assert out.shape == (8, 3) and torch.isfinite(out).all()
         assert (out - model(x).detach()).abs().max() < 0.5  # int8, not garbage
+
+
+def test_the_provider_probe_model_loads_in_this_onnxruntime():
+    """provider_status probes a GPU provider with a one-node model: a model this ORT refuses (a newer IR
+    version than it reads) would make every GPU provider look broken."""
+    import numpy as np
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(onnxrt._tiny_model(), providers=["CPUExecutionProvider"])
+    assert sess.run(None, {"x": np.ones(1, np.float32)})[0].tolist() == [1.0]
+
+
+def test_tensorrt_libraries_are_found_where_make_trt_puts_them(tmp_path, monkeypatch):
+    """Without TensorRT the provider is "not installed" (make trt), not "needs a GPU"; with its libraries on the
+    path (files named as TensorRT 10's sonames, here), the answer moves on to the GPU."""
+    import torch
+
+    assert onnxrt.find_library("libnvinfer.so.10") is None, "this CI machine has no TensorRT"
+    works, why = onnxrt.provider_status("TensorrtExecutionProvider")
+    assert not works and "make trt" in why and "libnvinfer.so.10" in why
+    for lib in onnxrt.TENSORRT_LIBS:
+        (tmp_path / lib).write_bytes(b"")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
+    assert onnxrt.find_library("libnvinfer.so.10") == tmp_path / "libnvinfer.so.10"
+    if not torch.cuda.is_available():
+        works, why = onnxrt.provider_status("TensorrtExecutionProvider")
+        assert not works and "no CUDA GPU" in why
+    report = onnxrt.tensorrt_report()
+    assert str(tmp_path / "libnvonnxparser.so.10") in report and "TensorrtExecutionProvider" in report
+
+
+def test_the_tensorrt_pins_match_what_the_provider_links():
+    """requirements-trt.txt pins TensorRT 10, the major version whose sonames the pinned provider links."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "requirements-trt.txt").read_text()
+    pins = [line for line in text.splitlines() if line.startswith("tensorrt")]
+    assert pins and all("==10." in pin for pin in pins), pins
+    assert all(lib.endswith(".so.10") for lib in onnxrt.TENSORRT_LIBS)
