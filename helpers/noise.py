@@ -28,6 +28,8 @@ How each is handled (the numbers are the entries' order in :data:`KNOWN`):
    straight to stderr; no log level turns it off. :func:`profiler_markers_silenced` captures file descriptor 2
    around the start and the stop only (never around the profiled code), drops those two lines and writes every
    other line back; :func:`helpers.profiling.quiet_profile` and :func:`helpers.profiling.quiet_step` use it.
+   :func:`filter_profiler_markers` installs the same filter once, for the whole process (notebook 08's set-up),
+   so that a notebook can call ``torch.profiler.profile(...)`` and ``prof.step()`` themselves.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -187,17 +190,13 @@ class _DropMessage(logging.Filter):
         return re.match(self.fragment, record.getMessage()) is None
 
 
-@contextlib.contextmanager
-def profiler_markers_silenced() -> Iterator[None]:
-    """Drop the profiler's ``USDT: … profiler_start/stop`` lines that native code writes to stderr inside the
-    block (see 9 above); every other line written there is passed on as it arrives (a thread reads file
-    descriptor 2 through a pipe), so a process that dies inside the block has still shown what it wrote."""
+def _marker_filter(target: int) -> tuple[int, Any]:
+    """A pipe whose lines a daemon thread forwards to file descriptor ``target``, the profiler's markers dropped:
+    ``(write end, thread)``. Each line is forwarded as soon as it is complete."""
     import re
     import threading
 
     marker = re.compile(known("profiler-usdt").pattern.encode())
-    sys.stderr.flush()
-    saved = os.dup(2)
     read_end, write_end = os.pipe()
 
     def forward() -> None:
@@ -208,12 +207,42 @@ def profiler_markers_silenced() -> Iterator[None]:
                 *lines, pending = pending.split(b"\n")
                 kept = b"".join(line + b"\n" for line in lines if not marker.match(line))
                 if kept:
-                    os.write(saved, kept)
+                    os.write(target, kept)
             if pending and not marker.match(pending):
-                os.write(saved, pending)
+                os.write(target, pending)
 
     reader = threading.Thread(target=forward, name="stderr-filter", daemon=True)
     reader.start()
+    return write_end, reader
+
+
+_PERSISTENT_FILTER: list[int] = []  # the saved stderr, once filter_profiler_markers() has run
+
+
+def filter_profiler_markers() -> None:
+    """From now on, for the rest of the process, drop the profiler's start/stop marker lines from native stderr
+    (item 9 above); every other line passes through as it is written. Idempotent."""
+    if _PERSISTENT_FILTER:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    write_end, _ = _marker_filter(saved)
+    os.dup2(write_end, 2)
+    os.close(write_end)  # fd 2 is now the pipe's only writer
+    _PERSISTENT_FILTER.append(saved)
+
+
+@contextlib.contextmanager
+def profiler_markers_silenced() -> Iterator[None]:
+    """Drop the profiler's ``USDT: … profiler_start/stop`` lines that native code writes to stderr inside the
+    block (see 9 above); every other line written there is passed on as it arrives (a thread reads file
+    descriptor 2 through a pipe), so a process that dies inside the block has still shown what it wrote."""
+    if _PERSISTENT_FILTER:  # already filtered for the whole process
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    write_end, reader = _marker_filter(saved)
     os.dup2(write_end, 2)
     try:
         yield

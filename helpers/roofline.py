@@ -407,6 +407,17 @@ class Roofline:
             raise ValueError(f"no peak measured for {dtype!r}; measured: {sorted(self.peak_flops)}.")
         return self.peak_flops[dtype]
 
+    def pays(self, dtype: str, than: str = "fp32") -> bool:
+        """Whether this machine's ``dtype`` compute roof is above ``than``'s beyond both roofs' spreads (each
+        roof ± its relative IQR): where reduced precision has hardware behind it (bf16 on a CPU without
+        AVX512-BF16 or AMX is emulated, and its roof sits at or below fp32's). False when either is unmeasured."""
+        check_choice("dtype", dtype, _DTYPES, hint="a dtype the roofline measures")
+        check_choice("than", than, _DTYPES, hint="a dtype the roofline measures")
+        a, b = self.peak_flops.get(dtype, math.nan), self.peak_flops.get(than, math.nan)
+        if not (math.isfinite(a) and math.isfinite(b)):
+            return False
+        return a * (1 - self.spread.get(dtype, 0.0)) > b * (1 + self.spread.get(than, 0.0))
+
     def ridge_point(self, dtype: str = "fp32") -> float:
         """Arithmetic intensity (FLOP/byte) where memory-bound turns into compute-bound."""
         return self._peak(dtype) / self.bandwidth

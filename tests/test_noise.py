@@ -164,3 +164,26 @@ def test_kineto_is_quiet_only_without_a_gpu():
         [sys.executable, "-c", probe], env={**env, "KINETO_LOG_LEVEL": "1"}, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "1"
+
+
+def test_the_process_wide_marker_filter_drops_only_the_markers():
+    """filter_profiler_markers() (notebook 08's set-up) filters native stderr for the rest of the process: run in
+    a child, since it replaces file descriptor 2 for good."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, time\n"
+        "from helpers import noise\n"
+        "noise.filter_profiler_markers(); noise.filter_profiler_markers()\n"
+        "os.write(2, b'USDT: 12 profiler_start\\nkeep this line\\nUSDT: 13 profiler_stop\\n')\n"
+        "from torch.profiler import profile\n"
+        "with profile() as p:\n"
+        "    pass\n"
+        "os.write(2, b'and this one\\n')\n"
+        "time.sleep(0.2)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "keep this line" in out.stderr and "and this one" in out.stderr
+    assert "USDT" not in out.stderr
