@@ -133,13 +133,41 @@ def load_trace(path: str | os.PathLike[str]) -> Any:
     return df.sort_values("ts").reset_index(drop=True)
 
 
-def within(df: Any, label: str) -> Any:
-    """The events that ran inside the ``record_function(label)`` ranges (the label's rows excluded)."""
-    ranges = df[(df["cat"] == "user_annotation") & (df["name"] == label)][["ts", "end"]].to_numpy()
+def within(df: Any, label: str, cat: str = "user_annotation") -> Any:
+    """The events that ran inside the ``record_function(label)`` ranges (the label's rows excluded); with
+    ``cat="cpu_op"``, inside every call of the op named ``label`` (what an op ran on its own behalf)."""
+    own = (df["cat"] == cat) & (df["name"] == label)
+    ranges = df[own][["ts", "end"]].to_numpy()
     if len(ranges) == 0:
         return df.iloc[0:0]
     mask = sum(((df["ts"] >= s) & (df["end"] <= e)) for s, e in ranges).astype(bool)
-    return df[mask & ~((df["cat"] == "user_annotation") & (df["name"] == label))]
+    return df[mask & ~own]
+
+
+def weight_relayouts(df: Any, op: str = "aten::conv2d") -> Any:
+    """The copies each call of ``op`` made inside itself (``aten::contiguous``): for a convolution, its weights
+    re-laid out in its input's memory format on every call when the two differ (oneDNN, ATen's native path and
+    cuDNN all pick the input's format). None with an NCHW input on an NCHW model, or both ``channels_last``."""
+    inner = within(df, op, cat="cpu_op")
+    return inner[inner["name"] == "aten::contiguous"]
+
+
+#: The backend ops a CPU or GPU convolution lands in: which one ran says which path ATen chose.
+CONV_BACKENDS = (
+    "aten::mkldnn_convolution",
+    "aten::_slow_conv2d_forward",
+    "aten::cudnn_convolution",
+    "aten::miopen_convolution",
+    "aten::_nnpack_spatial_convolution",
+)
+
+
+def conv_backends(df: Any) -> Any:
+    """Calls and time (µs) per convolution backend op in a trace: e.g. ``aten::_slow_conv2d_forward`` (ATen's
+    native path, which it picks for an fp32 batch-1 convolution with a kernel of 3×3 or less and an input of at
+    most 20,480 elements) against ``aten::mkldnn_convolution`` (oneDNN)."""
+    ops = df[df["name"].isin(CONV_BACKENDS)]
+    return ops.groupby("name")["dur"].agg(["count", "sum"]).rename(columns={"sum": "total µs"})
 
 
 def top_ops(df: Any, n: int = 10) -> Any:

@@ -85,3 +85,45 @@ def test_gpu_trace_names_are_understood():
     body = profiling.within(df, "step")
     assert profiling.read_backs(body) == 1
     assert list(profiling.sync_calls(body)["name"]) == ["aten::_local_scalar_dense", "cudaStreamSynchronize"]
+
+
+def test_weight_relayouts_and_conv_backends_name_what_the_trace_shows():
+    """A channels-last input on an NCHW model makes every convolution copy its weights (found inside conv2d);
+    an NCHW input does not. The backend op names say which path ran."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1).eval()
+    x = torch.randn(1, 8, 12, 12)
+    traces = {}
+    for name, inp in (("mixed", x.contiguous(memory_format=torch.channels_last)), ("nchw", x)):
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, torch.inference_mode():
+            conv(inp)
+        path = profiling.traces_dir() / f"test_relayout_{name}.json"
+        prof.export_chrome_trace(str(path))
+        traces[name] = profiling.load_trace(path)
+    assert len(profiling.weight_relayouts(traces["mixed"])) >= 1
+    assert len(profiling.weight_relayouts(traces["nchw"])) == 0
+    backends = profiling.conv_backends(traces["nchw"])
+    assert backends["count"].sum() == 1 and set(backends.index) <= set(profiling.CONV_BACKENDS)
+
+
+def test_the_roofline_says_where_reduced_precision_pays():
+    from helpers import roofline
+
+    rf = roofline.Roofline(
+        device="cpu",
+        machine_id="t",
+        peak_flops={"fp32": 100e9, "bf16": 90e9},
+        bandwidth=1e10,
+        dispatch_latency=5e-6,
+        cache_bytes=2**25,
+        mode="quick",
+        spread={"fp32": 0.05},
+    )
+    assert not rf.pays("bf16")  # emulated bf16: its roof at or below fp32's
+    rf.peak_flops["bf16"] = 400e9
+    assert rf.pays("bf16")
+    rf.spread["bf16"] = 0.9  # too noisy to tell
+    assert not rf.pays("bf16")
+    assert not rf.pays("fp16")  # not measured here
