@@ -135,6 +135,20 @@ def overlap_seconds(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, f
     return total
 
 
+class WorkerWatch:
+    """The child processes started after this watch was made (DataLoader workers), leaving out the helpers
+    libraries started before (compilers, ...): ``alive()`` lists them, ``none_left()`` waits for them to exit."""
+
+    def __init__(self) -> None:
+        self.before = {p.pid for p in child_processes()}
+
+    def alive(self) -> list[Any]:
+        return child_processes(exclude=self.before)
+
+    def none_left(self, timeout: float = 10.0) -> bool:
+        return not wait_for_children(exclude=self.before, timeout=timeout)
+
+
 def child_processes(exclude: Iterable[int] = ()) -> list[Any]:
     """This process's live child processes (e.g. DataLoader workers that were not shut down), leaving out the
     pids in ``exclude`` (take them before creating a loader: compilers and other libraries start helpers too)."""

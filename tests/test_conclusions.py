@@ -30,7 +30,6 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-
 #: Notebooks whose cells still decide comparisons themselves (issue: measurement core v2). Each notebook issue
 #: converts its notebooks to helpers.verdict and deletes their names here.
 PENDING = {
-    "06_async_pipelines",
     "09_capstone",
     "10_llm_decoding",
 }

@@ -105,3 +105,28 @@ def test_dataloader_workers_are_counted_and_then_gone():
     del loader
     gc.collect()
     assert pipeline.wait_for_children(exclude=before) == []
+
+
+def test_uint8_photos_normalised_on_the_device_equal_the_float_pipeline():
+    from helpers.data import PhotoDataset, normalize_on_device
+
+    floats, raw = PhotoDataset(size=32), PhotoDataset(size=32, normalize=False)
+    assert raw[0].dtype == torch.uint8 and floats[0].dtype == torch.float32
+    batch = torch.stack([raw[i] for i in range(3)])
+    torch.testing.assert_close(normalize_on_device(batch), torch.stack([floats[i] for i in range(3)]))
+    with pytest.raises(ValueError, match="uint8 batch"):
+        normalize_on_device(batch.float())
+
+
+def test_the_worker_watch_sees_only_what_started_after_it():
+    from torch.utils.data import DataLoader
+
+    watch = pipeline.WorkerWatch()
+    loader = DataLoader(list(range(8)), batch_size=2, num_workers=1, persistent_workers=True)
+    list(loader)
+    assert len(watch.alive()) >= 1
+    del loader
+    import gc
+
+    gc.collect()
+    assert watch.none_left()
