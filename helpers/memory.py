@@ -14,6 +14,7 @@ Surviving a full device (``free_memory``, ``run_with_oom_backoff``, the simulate
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .checks import check_callable
+from .checks import check_callable, check_choice, check_int
 from .device import DeviceLike, choose_device, sync
 
 # out-of-memory handling lives in one module; these names stay importable from here (notebook 07 uses them)
@@ -98,3 +99,84 @@ def cuda_memory(device: DeviceLike = "cuda") -> dict[str, int]:
         "max allocated": torch.cuda.max_memory_allocated(dev),
         "max reserved": torch.cuda.max_memory_reserved(dev),
     }
+
+
+def snapshot_timeline(snapshot: dict[str, Any], device_index: int = 0) -> Any:
+    """Memory over time from a CUDA allocator snapshot (``torch.cuda.memory._snapshot()``, recorded with
+    ``_record_memory_history``), read offline: one row per allocation or free, with the bytes live after it.
+    (torch's own HTML viewer, ``torch.cuda._memory_viz.trace_plot``, loads its script from a CDN.)"""
+    import pandas as pd
+
+    if not isinstance(snapshot, dict) or "device_traces" not in snapshot:
+        raise ValueError("snapshot must be the dict of torch.cuda.memory._snapshot(), recorded with history on.")
+    traces = snapshot["device_traces"]
+    check_int("device_index", device_index, 0, max(0, len(traces) - 1), hint="the index of a recorded GPU")
+    rows, live = [], 0
+    for event in traces[device_index] if traces else []:
+        action, size = event.get("action"), int(event.get("size", 0))
+        if action == "alloc":
+            live += size
+        elif action in ("free_completed",):
+            live -= size
+        else:
+            continue
+        rows.append({"event": len(rows), "action": action, "bytes": size, "live bytes": live})
+    return pd.DataFrame(rows, columns=["event", "action", "bytes", "live bytes"]).set_index("event")
+
+
+_LOAD_SCRIPT = r"""
+import gc, json, sys, psutil, torch, torchvision
+path, how = sys.argv[1], sys.argv[2]
+process = psutil.Process()
+gc.collect()
+
+def peak_rss():  # the process's highest RSS since the reset below (Linux: VmHWM), else its RSS now
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return process.memory_info().rss
+
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak to the current RSS: the peak measured is the loading's own
+except OSError:
+    pass
+before = process.memory_info().rss
+if how == "torch.load":
+    model = torchvision.models.resnet18()
+    model.load_state_dict(torch.load(path, weights_only=True))
+elif how == "torch.load(mmap=True)":
+    model = torchvision.models.resnet18()
+    model.load_state_dict(torch.load(path, weights_only=True, mmap=True))
+else:  # meta device + assign: the module is built without memory, the loaded tensors become its weights
+    with torch.device("meta"):
+        model = torchvision.models.resnet18()
+    model.load_state_dict(torch.load(path, weights_only=True, mmap=True), assign=True)
+peak = max(peak_rss(), process.memory_info().rss)
+model.eval()
+with torch.inference_mode():
+    model(torch.randn(1, 3, 64, 64))  # it works: every weight is real
+print(json.dumps({"rss_growth": max(0, peak - before)}))
+"""
+
+
+def load_rss_growth(path: str | os.PathLike[str], how: str) -> int:
+    """The peak resident memory a fresh Python process gains while it builds a resnet18 and loads ``path`` (a
+    state dict) into it, ``how`` = ``"torch.load"``, ``"torch.load(mmap=True)"`` or ``"meta + assign"`` (then it
+    runs the model once, to prove every weight is real). A fresh process each time, its peak reset before the
+    load (Linux's ``/proc/self/clear_refs``; elsewhere the RSS after loading): memory a process freed is not
+    always returned to the OS, and a forked child starts with its parent's peak."""
+    import json
+    import subprocess
+    import sys
+
+    check_choice("how", how, ("torch.load", "torch.load(mmap=True)", "meta + assign"), hint="a loading method")
+    if not os.path.isfile(path):
+        raise ValueError(f"path={str(path)!r} is not a file: save a state dict there first (torch.save).")
+    out = subprocess.run(
+        [sys.executable, "-c", _LOAD_SCRIPT, str(path), how], capture_output=True, text=True, timeout=300, check=False
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"loading with {how} failed in a fresh process: {out.stderr.strip().splitlines()[-1]}")
+    return int(json.loads(out.stdout.strip().splitlines()[-1])["rss_growth"])

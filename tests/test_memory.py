@@ -123,3 +123,34 @@ def test_oom_backoff_frees_after_each_failure_and_halves_the_failed_chunk(monkey
     assert len(freed) == len(result.retries) and all(freed)
     with pytest.raises(ValueError, match="no inputs"):
         mem.run_with_oom_backoff(limited, torch.empty(0), batch=4)
+
+
+def test_the_snapshot_timeline_follows_allocations_and_frees():
+    snapshot = {
+        "device_traces": [
+            [
+                {"action": "alloc", "size": 100},
+                {"action": "alloc", "size": 50},
+                {"action": "free_requested", "size": 100},
+                {"action": "free_completed", "size": 100},
+                {"action": "segment_alloc", "size": 4096},
+            ]
+        ]
+    }
+    timeline = memory.snapshot_timeline(snapshot)
+    assert timeline["live bytes"].tolist() == [100, 150, 50]
+    with pytest.raises(ValueError, match="_snapshot"):
+        memory.snapshot_timeline({"segments": []})
+
+
+def test_loading_with_mmap_or_on_meta_holds_the_weights_once(tmp_path):
+    """The three ways of loading a state dict all give a working model; the RSS numbers are reported by the
+    notebook, not asserted (they depend on the OS's page cache)."""
+    import torchvision
+
+    path = tmp_path / "resnet18.pt"
+    torch.save(torchvision.models.resnet18().state_dict(), path)
+    for how in ("torch.load", "torch.load(mmap=True)", "meta + assign"):
+        assert memory.load_rss_growth(path, how) > 0
+    with pytest.raises(ValueError, match="loading method"):
+        memory.load_rss_growth(path, "pickle")
