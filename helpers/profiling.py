@@ -146,8 +146,8 @@ def within(df: Any, label: str, cat: str = "user_annotation") -> Any:
 
 def weight_relayouts(df: Any, op: str = "aten::conv2d") -> Any:
     """The copies each call of ``op`` made inside itself (``aten::contiguous``): for a convolution, its weights
-    re-laid out in its input's memory format on every call when the two differ (oneDNN, ATen's native path and
-    cuDNN all pick the input's format). None with an NCHW input on an NCHW model, or both ``channels_last``."""
+    re-laid out in its input's memory format on every call when the two differ (oneDNN and cuDNN pick the
+    input's format). None with an NCHW input on an NCHW model, or both ``channels_last``."""
     inner = within(df, op, cat="cpu_op")
     return inner[inner["name"] == "aten::contiguous"]
 

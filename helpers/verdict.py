@@ -86,10 +86,12 @@ class Verdict:
         how = " (interleaved)" if self.paired else ""
         if self.outcome == "faster":
             return f"{self.candidate} is {self.ratio:.2f}× faster than {self.baseline}{how} ({self.interval} speed-up)."
-        if self.outcome == "slower":
+        if self.outcome == "slower":  # the interval of the factor the sentence names: the slowdown
+            low, high = 1 / self.high, 1 / self.low
+            digits = 3 if round(low, 2) == 1 or round(high, 2) == 1 else 2
             return (
                 f"{self.candidate} is {1 / self.ratio:.2f}× slower than {self.baseline}{how} "
-                f"({self.interval} speed-up)."
+                f"({self.confidence:.0%} interval {low:.{digits}f}–{high:.{digits}f}× slowdown)."
             )
         return (
             f"{self.candidate} and {self.baseline} are within noise of each other{how}: a {self.ratio:.2f}× "

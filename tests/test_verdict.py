@@ -131,3 +131,11 @@ def test_phrase_names_the_baseline_for_every_outcome():
     assert verdict(fast, slow).phrase().endswith("faster than baseline")
     assert verdict(fast, fast).phrase() == "within noise of baseline"
     assert verdict([1.0], slow).phrase() == "too few samples to compare with baseline"
+
+
+def test_a_slowdown_is_given_with_the_interval_of_the_slowdown():
+    v = verdict([2.0, 2.1, 1.9, 2.0, 2.05], [1.0, 1.02, 0.98, 1.0, 1.01], candidate_label="x", baseline_label="y")
+    said = v.sentence()
+    assert v.slower and "slowdown" in said and "speed-up" not in said
+    low, high = (float(t) for t in said.split("interval ")[1].split("×")[0].split("–"))
+    assert 1 < low <= 1 / v.ratio <= high
