@@ -42,7 +42,7 @@ GPU_PARTS = {
     "02_precision_quantization": "partly: TF32, int4 and float8",
     "03_batch_sizing": "no (the OOM search is real on a GPU, simulated on a CPU)",
     "04_compilation_fusion": "partly: Triton code, CUDA graphs, reduce-overhead",
-    "05_onnx_runtime": "partly: IO binding, TensorRT (onnxruntime-gpu must find CUDA on that machine)",
+    "05_onnx_runtime": "partly: IO binding, the strict GPU session; TensorRT only after `make trt` (optional)",
     "06_async_pipelines": "yes for streams, pinned copies and the async trap; the pipeline lesson runs on a CPU",
     "07_memory": "partly: allocator statistics, empty_cache, snapshots",
     "08_profiling": "partly: device timelines, NVTX and Nsight",
