@@ -74,7 +74,7 @@ data: setup
 	$(BIN)/python scripts/make_data.py
 	$(BIN)/python scripts/train_digits.py
 
-# Optional, by hand on a machine with an NVIDIA GPU (several GB): TensorRT 10 for ONNX Runtime's TensorRT
+# Optional, by hand on a machine with an NVIDIA GPU (a large download): TensorRT 10 for ONNX Runtime's TensorRT
 # provider (requirements-trt.txt says why 10 and not 11), then what the provider needs that is still missing.
 trt: setup
 	$(BIN)/python -m pip install --disable-pip-version-check -r requirements-trt.txt

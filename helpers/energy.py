@@ -8,7 +8,8 @@
 * Anything else (Apple, Windows, a VM): not available, said in one line.
 
 Both counters measure the **whole device**, idle power included: the energy the machine really draws while it
-serves. NVML's counter is refreshed every few tens of milliseconds, so a window must be much longer than that
+serves. NVML's counter can be refreshed less often than a short window lasts (a window then reads 0 J), so a
+window must be long beside its refresh
 (:data:`MIN_WINDOW`). :func:`samples` measures candidates in interleaved windows (drift, such as a GPU warming
 up, hits both alike), so :func:`helpers.verdict.verdict` can judge joules per call like times: a smaller value
 wins. :func:`sentence` words that verdict in energy terms.
@@ -29,7 +30,7 @@ from .device import DeviceLike, choose_device, sync
 from .verdict import Verdict
 
 RAPL = "/sys/class/powercap/intel-rapl:0"
-#: Shortest window (seconds) a sample may use: NVML's counter moves in steps of tens of milliseconds.
+#: Shortest window (seconds) a sample may use: NVML's counter is not refreshed continuously.
 MIN_WINDOW = 0.2
 
 
