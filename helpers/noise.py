@@ -30,6 +30,8 @@ How each is handled (the numbers are the entries' order in :data:`KNOWN`):
    other line back; :func:`helpers.profiling.quiet_profile` and :func:`helpers.profiling.quiet_step` use it.
    :func:`filter_profiler_markers` installs the same filter once, for the whole process (notebook 08's set-up),
    so that a notebook can call ``torch.profiler.profile(...)`` and ``prof.step()`` themselves.
+10. Notebook 11 runs a compiled function past its recompile limit on purpose: Dynamo's warning block (each line
+    prefixed ``torch/_dynamo/convert_frame.py:N] [frame/recompile]``) is the lesson; not hidden.
 """
 
 from __future__ import annotations
@@ -154,6 +156,17 @@ KNOWN: tuple[Known, ...] = (
         "USDT",
         "markers torch's profiler prints on every start and stop; no log level turns them off",
         where="any",
+    ),
+    Known(
+        "recompile-limit",
+        "stderr",
+        r"torch/_dynamo/convert_frame\.py:\d+\] \[\d+/\d+\]",
+        "11_shipping",
+        "Dynamo logs **one warning**",
+        "the lesson runs a function past its recompile limit on purpose: this warning, one block of lines, is the "
+        "only sign a server gives that the function now runs eagerly",
+        where="any",
+        hidden=False,
     ),
 )
 

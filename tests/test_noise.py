@@ -57,6 +57,9 @@ with warnings.catch_warnings(record=True) as caught:
     twice = torch.compile(lambda x: x * 2)
     twice(torch.ones(2)), twice(torch.ones(3))
     torch._logging.set_logs()
+    torch._dynamo.config.recompile_limit = 1  # recompile-limit: a second shape past a limit of one
+    fixed = torch.compile(lambda x: x + 1, dynamic=False, backend="eager")
+    fixed(torch.ones(2)), fixed(torch.ones(3))
     if torch.cuda.is_available():  # tf32-available: Inductor compiling an fp32 matmul on a TF32 GPU
         torch.compile(torch.nn.Linear(64, 64).cuda())(torch.randn(8, 64, device="cuda"))
 sys.stderr.flush()
