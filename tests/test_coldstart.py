@@ -73,8 +73,9 @@ def test_a_cache_that_is_not_empty_is_refused(replica, monkeypatch, tmp_path):
 def test_launches_give_one_sample_per_process(replica):
     folder, write, x, expected = replica
     first = coldstart.launch(write(), inputs=x, expected=expected, artifacts=folder, budget=0.0, label="tiny")
-    rows = coldstart.launches(write(), 2, earlier=[first], inputs=x, expected=expected, artifacts=folder,
-                              budget=0.0, label="tiny")
+    rows = coldstart.launches(
+        write(), 2, earlier=[first], inputs=x, expected=expected, artifacts=folder, budget=0.0, label="tiny"
+    )
     assert len(rows.launches) == 2 and rows.launches[0] is first
     assert rows.launches[1].extra["pid"] != first.extra["pid"]
     assert rows.first_answer.n == 2 and rows.label == "tiny"
