@@ -191,7 +191,7 @@ def launch(
 @dataclass(frozen=True)
 class ColdStart:
     """``n`` launches of one replica: the first answers as a Measurement (one sample per launch), the
-    steady-state calls of all launches together, and the launches themselves."""
+    steady state as one (the median of each launch's calls), and the launches themselves."""
 
     label: str
     launches: tuple[Launch, ...]
@@ -204,12 +204,16 @@ class ColdStart:
 
     @property
     def steady(self) -> Measurement:
+        """One sample per launch: the median of that launch's steady-state calls. Calls within one process are
+        not independent samples of another process's speed (each process has its own memory layout, clock and
+        neighbours), so pooling them would make a verdict's interval far too narrow."""
         first = self.launches[0].steady
         return Measurement.from_samples(
-            [s for x in self.launches for s in x.steady.samples],
+            [x.steady.median for x in self.launches],
             label=self.label,
             device=first.device,
             items=first.items,
+            meta={"one sample per launch": True},
         )
 
     def phase(self, name: str) -> float:
