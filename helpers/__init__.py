@@ -27,13 +27,15 @@ _noise.install()
 # torch.compile's caches go to the ignored outputs folder, so a re-run compiles in seconds, not tens of seconds.
 # Importing never fails on the environment: where that folder cannot be made, torch keeps its own cache folder
 # and the first result the course tries to write says, in one line, to set COURSE_OUTPUTS.
-if "TORCHINDUCTOR_CACHE_DIR" not in _os.environ:
-    try:
-        _os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(_ensure_dir(_outputs_dir() / "inductor-cache"))
-    except OSError as _exc:
-        import warnings as _warnings
+# Triton's own cache (a hand-written @triton.jit kernel, notebook 04) goes there too, not to ~/.triton.
+try:
+    for _variable, _folder in (("TORCHINDUCTOR_CACHE_DIR", "inductor-cache"), ("TRITON_CACHE_DIR", "triton-cache")):
+        if _variable not in _os.environ:
+            _os.environ[_variable] = str(_ensure_dir(_outputs_dir() / _folder))
+except OSError as _exc:
+    import warnings as _warnings
 
-        _warnings.warn(f"{_exc} (torch.compile keeps its default cache folder meanwhile)", stacklevel=2)
+    _warnings.warn(f"{_exc} (torch.compile and Triton keep their default cache folders meanwhile)", stacklevel=2)
 
 from .device import choose_device, environment_report, machine_id, sync  # noqa: E402
 from .modes import course_mode, pick, set_mode  # noqa: E402

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ from typing import Any
 import torch
 
 from .checks import check_int, check_number
+from .device import choose_device
 from .paths import atomic_path, ensure_dir, output_subdir
 from .timing import Measurement
 
@@ -90,8 +92,10 @@ class Launch:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _write_input(folder: Path, inputs: torch.Tensor, expected: torch.Tensor) -> Path:
-    path = folder / "replica-input.pt"
+def _write_input(inputs: torch.Tensor, expected: torch.Tensor) -> Path:
+    """The batch and its expected output, for the child to read: in the outputs folder (never the caller's
+    artifacts folder, which may be read-only or shared), under a name of its own for each launch."""
+    path = ensure_dir(output_subdir("coldstart") / "inputs") / f"input-{uuid.uuid4().hex[:12]}.pt"
     with atomic_path(path) as tmp:
         torch.save({"inputs": inputs.detach().cpu(), "expected": expected.detach().cpu()}, tmp)
     return path
@@ -129,6 +133,14 @@ def launch(
             raise TypeError(
                 f"{name} must be a tensor (the model's input and its eager output), not {type(value).__name__}."
             )
+    if inputs.dim() == 0:
+        raise ValueError("inputs must have a batch dimension (a 0-d tensor has none): pass e.g. x[None].")
+    device = str(choose_device(device))  # one line now for "cuda" without a GPU, not a dead replica later
+    if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise TypeError("env must map names to strings, e.g. {'GPT_COMPILE': 'whole'}.")
+    check_number("timeout", timeout, positive=True, hint="seconds the replica may take, e.g. 600")
+    check_number("rtol", rtol, minimum=0, hint="e.g. 1e-4")
+    check_number("atol", atol, minimum=0, hint="e.g. 1e-5")
     check_number("budget", budget, minimum=0, hint="seconds of steady-state calls after the first, e.g. 0.5")
     check_int("min_repeats", min_repeats, 1)
     check_int("max_repeats", max_repeats, min_repeats, hint="at least min_repeats")
@@ -142,7 +154,7 @@ def launch(
         "script": str(script.resolve()),
         "artifacts": str(artifacts.resolve()),
         "device": device,
-        "data": str(_write_input(artifacts, inputs, expected)),
+        "data": str(_write_input(inputs, expected)),
         "expect_empty_cache": expect_empty,
         "rtol": rtol,
         "atol": atol,
@@ -217,8 +229,9 @@ class ColdStart:
         )
 
     def phase(self, name: str) -> float:
-        """The median over launches of one phase's seconds."""
-        return float(torch.tensor([x.phases[name] for x in self.launches]).median())
+        """The median over launches of one phase's seconds (the mean of the middle two for an even count, like
+        :attr:`first_answer`'s median)."""
+        return float(statistics.median(x.phases[name] for x in self.launches))
 
 
 def launches(
@@ -227,9 +240,9 @@ def launches(
     """``n`` launches of ``script`` (:func:`launch`'s arguments), each with new empty caches unless ``cache`` is
     given (then all use it, warm). ``earlier``: launches of the same replica already made, counted in the ``n``."""
     check_int("n", n, 1, hint="how many fresh processes to start, e.g. 3")
+    if len(earlier) > n:
+        raise ValueError(f"earlier holds {len(earlier)} launches, more than n={n}: pass n ≥ len(earlier).")
     runs = tuple(earlier) + tuple(launch(script, cache=cache, **kwargs) for _ in range(n - len(earlier)))
-    if not runs:
-        raise ValueError("n=0 launches: pass n ≥ 1.")
     return ColdStart(label=kwargs.get("label") or runs[0].label, launches=runs)
 
 
@@ -271,7 +284,7 @@ def plot(rows: Sequence[ColdStart], title: str = "") -> Any:
     for y, total in enumerate(left):
         ax.annotate(f" {total:.1f} s", (total, y), va="center", fontsize=9)
     ax.invert_yaxis()
-    ax.set_xlabel("seconds from launch to the first correct answer (median over launches)")
+    ax.set_xlabel("seconds from launch to the first correct answer (each phase: its median over launches)")
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title(title)
     fig.tight_layout()

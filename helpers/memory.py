@@ -174,9 +174,17 @@ def load_rss_growth(path: str | os.PathLike[str], how: str) -> int:
     check_choice("how", how, ("torch.load", "torch.load(mmap=True)", "meta + assign"), hint="a loading method")
     if not os.path.isfile(path):
         raise ValueError(f"path={str(path)!r} is not a file: save a state dict there first (torch.save).")
-    out = subprocess.run(
-        [sys.executable, "-c", _LOAD_SCRIPT, str(path), how], capture_output=True, text=True, timeout=300, check=False
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"loading with {how} failed in a fresh process: {out.stderr.strip().splitlines()[-1]}")
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _LOAD_SCRIPT, str(path), how],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"loading with {how} took over 300 s in a fresh process (a swapping machine?)") from None
+    if out.returncode != 0:  # an OOM-killed child (status -9) leaves no stderr at all
+        tail = " | ".join(out.stderr.strip().splitlines()[-3:]) or f"no message: killed by signal {-out.returncode}?"
+        raise RuntimeError(f"loading with {how} failed in a fresh process (exit status {out.returncode}): {tail}")
     return int(json.loads(out.stdout.strip().splitlines()[-1])["rss_growth"])

@@ -160,7 +160,8 @@ KNOWN: tuple[Known, ...] = (
     Known(
         "recompile-limit",
         "stderr",
-        r"torch/_dynamo/convert_frame\.py:\d+\] \[\d+/\d+\]",
+        r"torch/_dynamo/convert_frame\.py:\d+\] \[\d+/\d+\] (torch\._dynamo hit config\.recompile_limit|"
+        r"\s+function: |\s+last reason: |To log all recompilation reasons|To diagnose recompilation issues)",
         "11_shipping",
         "Dynamo logs **one warning**",
         "the lesson runs a function past its recompile limit on purpose: this warning, one block of lines, is the "
