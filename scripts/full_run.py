@@ -95,6 +95,25 @@ if failed:
 """
 
 
+#: Notebooks that need a package a machine may lack, and why it matters: skipped *by name* there (status
+#: "skipped", the reason in the summary), never run to fail. The GPU image has no serving engine, and Ray
+#: (~470 MB installed) is too large to carry to it.
+NEEDS = {
+    "12_serving": (
+        "ray",
+        "needs Ray Serve (ray[serve]), which this machine lacks: the serving engine is not installed",
+    ),
+}
+
+
+def skip_reason(path: Path) -> str | None:
+    """Why this notebook cannot run on this machine (a package it needs is missing), or None."""
+    import importlib.util
+
+    need = NEEDS.get(path.stem)
+    return need[1] if need and importlib.util.find_spec(need[0]) is None else None
+
+
 def _kernel_available() -> bool:
     import importlib.util
 
@@ -171,11 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     run = run_kernel if executor == "kernel" else run_plain
     # A time limit (`timeout`, a batch scheduler) sends SIGTERM: stop like Ctrl-C, so what ran is still collected.
     signal.signal(signal.SIGTERM, _interrupt)
-    failed, interrupted = 0, False
+    failed, skipped, interrupted = 0, 0, False
     try:
         for path in notebooks:
             summary["notebooks"][path.stem] = {"status": "running", "seconds": None, "error": None}
             start = time.perf_counter()
+            reason = skip_reason(path)
+            if reason:
+                summary["notebooks"][path.stem] = {"status": "skipped", "seconds": 0.0, "error": reason}
+                print(f"{path.name}: skipped ({reason})", flush=True)
+                skipped += 1
+                continue
             try:
                 # plain: one timeout for the whole notebook, generous since the per-cell limit cannot apply
                 status, error = run(path, out / "executed" / path.name, args.timeout)
@@ -196,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         summary["interrupted"] = interrupted
         write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     print(
-        f"{len(notebooks) - failed}/{len(notebooks)} notebooks ok; {records} records in {out / 'results.jsonl'}"
+        f"{len(notebooks) - failed - skipped}/{len(notebooks)} notebooks ok"
+        + (f", {skipped} skipped (their reason in summary.json)" if skipped else "")
+        + f"; {records} records in {out / 'results.jsonl'}"
         + (f" ({torn} torn or corrupt line(s) skipped)" if torn else "")
     )
     if interrupted:

@@ -135,3 +135,16 @@ def test_an_interrupted_run_still_writes_its_summary_and_results(tmp_path):
     ]
     records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert [r["notebook"] for r in records] == ["00_ok"]
+
+
+def test_a_notebook_whose_engine_is_missing_is_skipped_by_name(monkeypatch):
+    """The GPU image has no serving engine: notebook 12 is skipped there with the reason, not run to fail."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import full_run
+
+    assert "12_serving" in full_run.NEEDS
+    monkeypatch.setitem(full_run.NEEDS, "99_x", ("no_such_module_for_this_test", "needs a module this machine lacks"))
+    assert full_run.skip_reason(Path("99_x.ipynb")) == "needs a module this machine lacks"
+    monkeypatch.setitem(full_run.NEEDS, "99_x", ("json", "never"))
+    assert full_run.skip_reason(Path("99_x.ipynb")) is None
+    assert full_run.skip_reason(Path("00_environment.ipynb")) is None

@@ -4,8 +4,10 @@ of helpers.noise.KNOWN allows, explained by this notebook or an earlier one. The
 the outputs folder (executed/) for a look after a failure."""
 
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from helpers import noise
@@ -33,13 +35,31 @@ def figures_missing(notebook) -> list[int]:
     return missing
 
 
+def engine_processes(since: float) -> list[str]:
+    """Processes of a serving engine (Ray: its scheduler, control store, workers, agents) started since then."""
+    found = []
+    for p in psutil.process_iter(["name", "create_time"]):
+        name = p.info["name"] or ""
+        if p.info["create_time"] >= since and (name in ("raylet", "gcs_server") or name.startswith("ray::")):
+            found.append(f"{name} ({p.pid})")
+    return found
+
+
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_and_shows_only_explained_messages(path, monkeypatch):
+    started = time.time()
     # The kernel gets Jupyter's own inline backend, as a learner's does (conftest sets Agg for this process,
     # and a kernel inherits the environment): figures are then really displayed, and checked below.
     monkeypatch.delenv("MPLBACKEND", raising=False)
     run = execute(path, outputs_dir() / "executed" / path.name, timeout=600)
+    left = engine_processes(started)
+    for _ in range(20):  # the kernel has exited; give the engine's last processes a moment to follow it
+        if not left:
+            break
+        time.sleep(0.5)
+        left = engine_processes(started)
+    assert not left, f"{path.name} left a serving engine's processes running: {left}"
     assert run.status == "ok", f"{path.name} failed at {run.error}\n(executed copy: {run.path})"
     assert not figures_missing(run.notebook), f"{path.name}: cells {figures_missing(run.notebook)} drew no figure"
     explained = {p.stem for p in NOTEBOOKS if p.stem <= path.stem}  # this notebook's and the earlier ones'

@@ -1,0 +1,250 @@
+"""helpers.serving: the open-loop load generator (its schedule does not bend to a slow server), the summary of a
+run, saturation, goodput and capacity, the simulation beside a run, the listening-socket check; and the Ray
+behaviour notebook 12 relies on (a driver that fails stops its Ray node)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from helpers import serving
+from helpers.batching import SampledLatency
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    delay = 0.0
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        length = int(self.headers.get("content-length", 0))
+        body = self.rfile.read(length)
+        time.sleep(self.delay)
+        answer = json.dumps({"echo": json.loads(body or b"null")}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args):  # quiet
+        pass
+
+
+class _SerialServer(http.server.HTTPServer):
+    request_queue_size = 256  # a long accept queue: requests wait in it, one served at a time
+
+
+def _serve(delay: float, threaded: bool):
+    handler = type("Handler", (_Handler,), {"delay": delay})
+    server = (http.server.ThreadingHTTPServer if threaded else _SerialServer)(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+@pytest.fixture
+def fast_server():
+    server, url = _serve(0.0, threaded=True)
+    yield url
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def slow_server():
+    server, url = _serve(0.05, threaded=False)  # serves 20 requests/s, one at a time
+    yield url
+    server.shutdown()
+    server.server_close()
+
+
+def test_poisson_arrivals_are_seeded_inside_the_run_and_at_the_rate():
+    a = serving.poisson_arrivals(200, 10, seed=1)
+    np.testing.assert_array_equal(a, serving.poisson_arrivals(200, 10, seed=1))
+    assert not np.array_equal(a, serving.poisson_arrivals(200, 10, seed=2))
+    assert np.all(np.diff(a) > 0) and a[0] >= 0 and a[-1] < 10
+    assert abs(len(a) - 2000) < 5 * np.sqrt(2000)  # Poisson count: within 5 standard deviations
+    assert np.mean(np.diff(a)) == pytest.approx(1 / 200, rel=0.1)
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"rate": 0, "duration": 1}, "rate"),
+        ({"rate": 10, "duration": -1}, "duration"),
+        ({"rate": 10, "duration": 1, "seed": -1}, "seed"),
+    ],
+)
+def test_poisson_arrivals_refuses_bad_input_in_one_line(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        serving.poisson_arrivals(**kwargs)
+
+
+def test_open_loop_refuses_bad_input_in_one_line(fast_server):
+    with pytest.raises(ValueError, match="endpoint"):
+        serving.open_loop("127.0.0.1:80", ["{}"], 10, 1)
+    with pytest.raises(ValueError, match="list of request bodies"):
+        serving.open_loop(fast_server, "{}", 10, 1)
+    with pytest.raises(ValueError, match="json.dumps"):
+        serving.open_loop(fast_server, [{"pixels": []}], 10, 1)
+    with pytest.raises(ValueError, match="raise the rate"):
+        serving.open_loop(fast_server, ["{}"], 0.01, 0.01)
+
+
+def test_open_loop_answers_every_request_and_keeps_the_answers(fast_server):
+    bodies = [json.dumps({"i": i}) for i in range(5)]
+    run = serving.open_loop(fast_server, bodies, rate=100, duration=0.5, seed=4, label="fast")
+    assert len(run.status) == len(serving.poisson_arrivals(100, 0.5, seed=4)) > 10
+    assert run.ok.all()
+    assert [a["echo"]["i"] for a in run.answers()] == [i % 5 for i in range(len(run.status))]  # cycled, in order
+    assert np.all(run.done >= run.sent) and np.all(run.latency > 0)
+    assert run.cpu_seconds > 0 and run.wall_seconds > 0.5
+    row = run.summary(p99_target=1.0)
+    assert row["setting"] == "fast" and row["requests"] == len(run.status) and row["errors"] == 0
+    assert row["p50 (ms)"] <= row["p95 (ms)"] <= row["p99 (ms)"]
+    assert row["goodput (req/s)"] == pytest.approx(len(run.status) / 0.5, abs=0.11) and row["meets p99 target"]
+
+
+def test_a_slow_server_raises_latency_but_not_the_send_schedule(fast_server, slow_server):
+    """No coordinated omission: the same schedule is sent on time to a server that keeps up and to one that
+    does not (offered 40 req/s, it serves 20), and only the slow one's latencies grow."""
+    fast = serving.open_loop(fast_server, ["{}"], rate=40, duration=1.5, seed=7)
+    slow = serving.open_loop(slow_server, ["{}"], rate=40, duration=1.5, seed=7)
+    np.testing.assert_array_equal(fast.scheduled, slow.scheduled)
+    assert np.median(slow.lag) < 0.02 and np.median(fast.lag) < 0.02  # sent when scheduled, answered or not
+    assert slow.ok.all()
+    assert np.median(slow.latency) > 5 * np.median(fast.latency)
+    assert slow.latency[-5:].mean() > slow.latency[:5].mean() + 0.2  # the queue grew through the run
+    assert slow.saturated()
+
+
+def test_time_outs_and_connection_errors_are_counted_not_lost(slow_server):
+    run = serving.open_loop(slow_server, ["{}"], rate=60, duration=0.5, timeout=0.05)
+    assert (run.status == 0).any()
+    row = run.summary(p99_target=0.05)
+    assert row["timeouts"] == int((run.status == 0).sum()) and not row["meets p99 target"]
+    assert run.saturated()
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    refused = serving.open_loop(f"http://127.0.0.1:{port}/", ["{}"], rate=20, duration=0.3)
+    assert (refused.status == -1).all() and refused.summary()["errors"] == len(refused.status)
+
+
+def _run(status, latency, rate=10.0, duration=1.0):
+    n = len(status)
+    scheduled = np.linspace(0, duration * 0.9, n)
+    return serving.LoadRun(
+        url="http://x/",
+        rate=rate,
+        duration=duration,
+        scheduled=scheduled,
+        sent=scheduled + 0.001,
+        done=scheduled + np.asarray(latency),
+        status=np.asarray(status),
+        bodies=["{}"] * n,
+        cpu_seconds=0.1,
+        wall_seconds=1.0,
+    )
+
+
+def test_summary_counts_each_kind_of_answer_and_the_goodput():
+    run = _run([200] * 6 + [503, 503, 500, 0], [0.01, 0.02, 0.03, 0.2, 0.2, 0.2, 0.001, 0.001, 0.01, 10])
+    row = run.summary(p99_target=0.05)
+    assert (row["503"], row["errors"], row["timeouts"]) == (2, 1, 1)
+    assert row["goodput (req/s)"] == 3.0  # three 200s within 50 ms, over the 1 s run
+    assert row["p50 (ms)"] == pytest.approx(115.0) and not row["meets p99 target"]
+    assert row["saturated"]  # it shed and timed out
+    assert row["generator CPU (%)"] == 10.0
+
+
+def test_a_steady_run_is_not_saturated_and_a_growing_queue_is():
+    rng = np.random.default_rng(0)
+    steady = _run([200] * 200, 0.01 + rng.exponential(0.002, 200))
+    growing = _run([200] * 200, np.linspace(0.01, 1.0, 200) + rng.exponential(0.002, 200))
+    assert not steady.saturated() and growing.saturated()
+
+
+def test_knee_goodput_and_capacity():
+    rows = [
+        {"offered (req/s)": 10, "saturated": False, "meets p99 target": True},
+        {"offered (req/s)": 20, "saturated": False, "meets p99 target": True},
+        {"offered (req/s)": 40, "saturated": True, "meets p99 target": False},
+    ]
+    assert serving.knee(rows) == 40 and serving.goodput(rows) == 20
+    assert serving.knee(rows[:2]) is None
+    assert serving.goodput([{**r, "meets p99 target": False} for r in rows]) == 0.0
+    assert serving.machines_for(1000, 20) == 50 and serving.machines_for(1001, 20) == 51
+    assert serving.cost_per_million(100, 0.36) == pytest.approx(1.0)  # 360 000 requests per $0.36-hour
+    with pytest.raises(ValueError, match="meets p99 target"):
+        serving.goodput([{"offered (req/s)": 1}])
+    with pytest.raises(ValueError, match="saturated"):
+        serving.knee([{"offered (req/s)": 1}])
+    with pytest.raises(ValueError, match="no rate met the target"):
+        serving.machines_for(1000, 0.0)
+
+
+def test_batch_samples_feed_the_simulation_of_a_run():
+    recorded = [(1, 0.001)] * 5 + [(4, 0.002)] * 4 + [(9, 0.01)]
+    sizes, samples = serving.batch_service_samples(recorded, min_count=3)
+    assert sizes == [1, 4] and samples == [[0.001] * 5, [0.002] * 4]
+    with pytest.raises(ValueError, match="recorded 20 times"):
+        serving.batch_service_samples(recorded, min_count=20)
+    with pytest.raises(ValueError, match="batch size"):
+        serving.batch_service_samples([(0, 0.1)])
+    run = _run([200] * 50, [0.01] * 50, rate=100.0)
+    light = serving.predicted(run, 4, 0.002, SampledLatency(sizes, samples))
+    heavy = serving.predicted(run, 4, 0.002, SampledLatency(sizes, [[s * 20 for s in v] for v in samples]))
+    assert 0 < light["simulated p50 (ms)"] <= light["simulated p99 (ms)"]
+    assert heavy["simulated p99 (ms)"] > light["simulated p99 (ms)"]  # slower service, longer queue
+    assert 1 <= light["simulated mean batch"] <= 4
+
+
+def test_listeners_tells_the_loopback_from_every_interface():
+    code = (
+        "import socket, sys, time; a = socket.socket(); a.bind(('127.0.0.1', 0)); a.listen(); "
+        "b = socket.socket(); b.bind(('0.0.0.0', 0)); b.listen(); print(a.getsockname()[1], b.getsockname()[1]); "
+        "sys.stdout.flush(); time.sleep(30)"
+    )
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) as child:
+        try:
+            loop_port, any_port = map(int, child.stdout.readline().split())
+            found = {r["port"]: r for r in serving.listeners(serving.child_processes())}
+            assert found[loop_port]["loopback"] and not found[any_port]["loopback"]
+            assert found[loop_port]["pid"] == child.pid
+        finally:
+            child.kill()
+
+
+def test_a_driver_that_fails_stops_its_ray_node():
+    """Notebook 12 relies on it: when a cell fails, papermill (or a learner) shuts the kernel down, the
+    interpreter exits, and Ray's exit hook stops every process of the node that driver started."""
+    pytest.importorskip("ray")
+    code = (
+        "import ray, sys, time; ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, "
+        "logging_level='ERROR'); print('up'); sys.stdout.flush(); time.sleep(0.5); raise RuntimeError('a cell failed')"
+    )
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    ) as driver:
+        try:
+            assert driver.stdout.readline().strip() == "up"
+            node = psutil.Process(driver.pid).children(recursive=True)
+            names = {p.name() for p in node}
+            assert {"raylet", "gcs_server"} <= names, names
+            assert driver.wait(timeout=60) == 1  # the exception ended it
+            gone, alive = psutil.wait_procs(node, timeout=30)
+            assert not alive, f"left running after the driver failed: {[p.name() for p in alive]}"
+        finally:
+            if driver.poll() is None:
+                driver.kill()
