@@ -83,23 +83,23 @@ class LoadRun:
         return [json.loads(b) if s == 200 else None for b, s in zip(self.bodies, self.status, strict=True)]
 
     def saturated(self) -> bool:
-        """Whether the queue grew during the run: the verdict helper finds the second half of the successful
-        requests' latencies slower than the first half (a stable server's latencies do not trend), or requests
-        timed out, or the server shed load (503)."""
+        """Whether the queue grew during the run: the successful requests' latencies, in send order and cut in
+        thirds, rise from each third to the next by the verdict helper (a growing queue raises them throughout; a
+        pause in a stable run lifts one stretch only); or requests timed out; or the server shed load (503)."""
         from .verdict import verdict
 
         if (self.status == 0).any() or (self.status == 503).any():
             return True
         lat = self.latency[self.ok]
-        if len(lat) < 20:
+        if len(lat) < 30:
             return False
-        half = len(lat) // 2
-        return verdict(list(lat[half:]), list(lat[:half])).slower  # candidate: the later half
+        a, b, c = np.array_split(lat, 3)
+        return verdict(list(b), list(a)).slower and verdict(list(c), list(b)).slower  # candidate: the later third
 
     def summary(self, p99_target: float | None = None) -> dict[str, Any]:
         """One row: offered and achieved rate, latency percentiles (ms) of the successful requests, errors,
-        time-outs, 503s, the generator's CPU use and send lag, and with ``p99_target`` (seconds) the goodput:
-        requests per second answered successfully within the target."""
+        time-outs, 503s, the generator's CPU use and send lag, and with ``p99_target`` (seconds) the requests per
+        second answered successfully within it and whether the run's p99 met it (:func:`goodput` reads that)."""
         ok = self.ok
         lat = self.latency[ok] * 1e3
         span = max(float(self.done[ok].max() - self.scheduled[0]) if ok.any() else self.duration, self.duration)
@@ -125,8 +125,9 @@ class LoadRun:
         if p99_target is not None:
             check_number("p99_target", p99_target, positive=True, hint="pass the latency target in seconds, e.g. 0.05")
             within = ok & (self.latency <= p99_target)
-            row["goodput (req/s)"] = round(float(within.sum()) / self.duration, 1)
-            row["meets p99 target"] = bool(len(lat)) and pct(99) <= p99_target * 1e3 and not row["timeouts"]
+            row["within target (req/s)"] = round(float(within.sum()) / span, 1)
+            clean = not (row["timeouts"] or row["503"] or row["errors"])  # every request answered, none given up
+            row["meets p99 target"] = bool(len(lat)) and clean and pct(99) <= p99_target * 1e3
         return row
 
 
@@ -227,8 +228,9 @@ def predicted(
 
 
 def goodput(rows: Sequence[Mapping[str, Any]]) -> float:
-    """The highest offered rate (req/s) among summary rows (same setting, made with a ``p99_target``) whose p99
-    met the target with no time-out: the load this setting can carry at that target. 0 if none did."""
+    """The highest offered rate (req/s) among summary rows (same setting, made with a ``p99_target``) that met
+    the target (p99 within it, nothing shed, failed or timed out): the load this setting carries at that
+    target, at the resolution of the rates swept. 0 if none did."""
     if not rows or any("meets p99 target" not in r for r in rows):
         raise ValueError("pass LoadRun.summary(p99_target=...) rows: each needs 'meets p99 target'.")
     met = [float(r["offered (req/s)"]) for r in rows if r["meets p99 target"]]
