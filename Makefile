@@ -14,12 +14,12 @@ LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 # extra JupyterLab options, e.g. make lab LAB_ARGS="--no-browser --ip=0.0.0.0"
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-helpers test-notebooks lint format full-run html data trt clean
+.PHONY: hub setup lab test test-helpers test-notebooks lint format full-run html data trt clean
 
 setup: $(STAMP)
 
 # Re-installs only when requirements.txt or pyproject.toml change (or the venv is missing).
-$(STAMP): requirements.txt pyproject.toml jupyter/overrides.json
+$(STAMP): requirements.txt pyproject.toml jupyter/overrides.json hub/package-lock.json
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), "Python 3.11+ is needed (found " + sys.version.split()[0] + "); set PYTHON=/path/to/python3.11"'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { echo "could not create $(VENV): on Debian/Ubuntu install python3.11-venv"; rm -rf $(VENV); exit 1; }
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
@@ -31,11 +31,21 @@ $(STAMP): requirements.txt pyproject.toml jupyter/overrides.json
 	@if [ "$$(git rev-parse --show-toplevel 2>/dev/null)" = "$(CURDIR)" ]; then \
 		git config filter.nbstripout.clean '"$(CURDIR)/$(BIN)/python" -m nbstripout --keep-id' && \
 		git config filter.nbstripout.smudge cat && git config filter.nbstripout.required true; fi
+	@# The proxy JupyterHub needs (`make hub`; Node.js): pinned in hub/package-lock.json. Skipped without npm.
+	@if ! command -v npm >/dev/null; then echo "no npm: the course's JupyterHub (make hub) needs Node.js; everything else is set up"; \
+	elif ! npm ci --prefix hub --no-audit --no-fund --silent; then echo "npm ci failed: make hub will not work until it succeeds; everything else is set up"; fi
 	@touch $(STAMP)
 	@echo "set-up complete: $(VENV)"
 
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(LAB_ROOT) $(LAB_ARGS)
+
+# A JupyterHub for a room of learners on this machine (TEACHING.md): as root, with the day's shared secret in
+# COURSE_HUB_PASSWORD; every setting is an environment variable (hub/jupyterhub_config.py lists them).
+hub: setup
+	@test "$$(id -u)" = 0 || { echo "make hub runs as root: it creates each participant's Unix account"; exit 1; }
+	@test -x hub/node_modules/.bin/configurable-http-proxy || { echo "no proxy: install Node.js and npm, then make setup"; exit 1; }
+	$(BIN)/jupyterhub -f hub/jupyterhub_config.py
 
 # Lint, and the layout ruff format gives (notebooks are linted, not reformatted: pyproject.toml says why).
 lint: setup

@@ -1,0 +1,326 @@
+"""The course's JupyterHub (hub/jupyterhub_config.py), end to end on this machine: started on free ports of
+127.0.0.1, two participants log in with the day's secret (a wrong one is refused), their servers are spawned as
+their own Unix accounts, each sees the course notebooks, gets its own device and outputs folder, cannot read or
+write the other's, runs a cell in its kernel; an idle server is culled; stopping the hub leaves no process.
+
+Needs root (participants are real Unix accounts: the only way one participant cannot read another's files) and
+the proxy that `make setup` installs with npm; otherwise skipped, saying which."""
+
+from __future__ import annotations
+
+import asyncio
+import grp
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HUB = REPO / ".venv" / "bin" / "jupyterhub"
+PROXY = REPO / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
+USERS = ("hubtesta", "hubtestb")
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="participants are Unix accounts: creating them needs root"),
+    pytest.mark.skipif(not PROXY.exists(), reason="no configurable-http-proxy: `make setup` installs it with npm"),
+    pytest.mark.skipif(not HUB.exists(), reason="no jupyterhub in .venv: run `make setup`"),
+]
+
+
+def _free_ports(n: int) -> list[int]:
+    """n consecutive free ports on 127.0.0.1 (the proxy's API port is the hub API's + 1)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n >= 65535:
+            continue
+        try:
+            probes = [socket.socket() for _ in range(n)]
+            for i, p in enumerate(probes):
+                p.bind(("127.0.0.1", base + i))
+            return list(range(base, base + n))
+        except OSError:
+            continue
+        finally:
+            for p in probes:
+                p.close()
+    raise RuntimeError("no consecutive free ports")
+
+
+def _remove_users() -> None:
+    for name in USERS:
+        for p in psutil.process_iter(["username"]):
+            if p.info["username"] == name:
+                p.kill()
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+
+@pytest.fixture
+def reachable():
+    """This machine's Python may live under /root (pyenv), which participants cannot enter: open the folders on
+    the way for traversal only (o+x, no listing) for the test, and close them again. The hub itself refuses to
+    start with a clear message in that case (test below)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hub_config_probe", REPO / "hub" / "_paths.py")
+    paths = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paths)
+    opened = []
+    for needed in (REPO / ".venv" / "bin" / "python", REPO / "notebooks"):
+        while (closed := paths.closed_to_others(needed)) is not None:
+            opened.append((closed, os.stat(closed).st_mode))
+            os.chmod(closed, os.stat(closed).st_mode | 0o001)
+    yield
+    for folder, mode in reversed(opened):
+        os.chmod(folder, mode)
+
+
+@pytest.fixture
+def hub(tmp_path, reachable):
+    _remove_users()
+    group_existed = any(g.gr_name == "course" for g in grp.getgrall())
+    port, api_port, _ = _free_ports(3)
+    token = secrets.token_hex(16)
+    config = tmp_path / "test_config.py"
+    config.write_text(
+        f"""
+load_subconfig({str(REPO / "hub" / "jupyterhub_config.py")!r})
+c.Spawner.environment = {{"JUPYTERHUB_ACTIVITY_INTERVAL": "2"}}  # report activity often: culling is timely
+c.JupyterHub.last_activity_interval = 2
+c.JupyterHub.services.append({{"name": "course-test", "api_token": {token!r}}})
+c.JupyterHub.load_roles.append({{"name": "course-test", "services": ["course-test"],
+    "scopes": ["admin:users", "admin:servers", "access:servers", "list:users", "read:users"]}})
+"""
+    )
+    env = {
+        **os.environ,
+        "COURSE_HUB_PASSWORD": "the-day-secret",
+        "COURSE_HUB_PORT": str(port),
+        "COURSE_HUB_API_PORT": str(api_port),
+        "COURSE_HUB_STATE": str(tmp_path / "state"),
+        "COURSE_HUB_GPUS": "0,1",
+        "COURSE_HUB_IDLE": "12",
+        "COURSE_HUB_WARM_CACHE": str(tmp_path / "warm"),
+    }
+    (tmp_path / "warm").mkdir()
+    (tmp_path / "warm" / "kernel.so").write_text("a pre-compiled kernel")
+    log = open(tmp_path / "hub.log", "w")  # noqa: SIM115 (closed below)
+    started = time.time()
+    proc = subprocess.Popen([str(HUB), "-f", str(config)], cwd=tmp_path, env=env, stdout=log, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+    import requests
+
+    try:
+        for _ in range(120):
+            try:
+                if requests.get(f"{base}/hub/api/", timeout=2).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert proc.poll() is None, (tmp_path / "hub.log").read_text()[-3000:]
+            time.sleep(0.5)
+        yield {"base": base, "token": token, "proc": proc, "log": tmp_path / "hub.log", "started": started}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        _remove_users()
+        if not group_existed:
+            subprocess.run(["groupdel", "course"], capture_output=True)
+
+
+def _login(base: str, name: str, password: str):
+    import requests
+
+    session = requests.Session()
+    session.get(f"{base}/hub/login", timeout=10)
+    xsrf = session.cookies.get("_xsrf")
+    reply = session.post(
+        f"{base}/hub/login",
+        data={"username": name, "password": password, "_xsrf": xsrf},
+        allow_redirects=False,
+        timeout=30,
+    )
+    return reply
+
+
+async def _run_cell(base: str, name: str, token: str, code: str) -> str:
+    """Start a kernel in `name`'s server, run `code`, return what it printed (through the server's websocket)."""
+    import requests
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    headers = {"Authorization": f"token {token}"}
+    kernel = requests.post(f"{base}/user/{name}/api/kernels", headers=headers, json={}, timeout=60).json()
+    url = f"{base.replace('http', 'ws')}/user/{name}/api/kernels/{kernel['id']}/channels"
+    ws = await websocket_connect(HTTPRequest(url, headers=headers))
+    msg_id = uuid.uuid4().hex
+    header = {
+        "msg_id": msg_id,
+        "msg_type": "execute_request",
+        "username": name,
+        "session": uuid.uuid4().hex,
+        "version": "5.3",
+    }
+    content = {"code": code, "silent": False, "store_history": False, "user_expressions": {}, "allow_stdin": False}
+    ws.write_message(
+        json.dumps({"header": header, "parent_header": {}, "metadata": {}, "content": content, "channel": "shell"})
+    )
+    printed = []
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        msg = json.loads(await asyncio.wait_for(ws.read_message(), timeout=60))
+        if msg.get("parent_header", {}).get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            printed.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error":
+            raise AssertionError("\n".join(msg["content"]["traceback"]))
+        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    ws.close()
+    return "".join(printed)
+
+
+CELL = """
+import json, os, pwd
+other = {other!r}
+def attempt(action):
+    try:
+        action()
+        return "allowed"
+    except PermissionError:
+        return "denied"
+print(json.dumps({{
+    "user": pwd.getpwuid(os.getuid()).pw_name,
+    "device": os.environ["CUDA_VISIBLE_DEVICES"],
+    "outputs": os.environ["COURSE_OUTPUTS"],
+    "threads": os.environ["OMP_NUM_THREADS"],
+    "warm cache": os.path.exists(os.path.join(os.environ["COURSE_OUTPUTS"], "inductor-cache", "kernel.so")),
+    "read other": attempt(lambda: os.listdir(other)),
+    "write other": attempt(lambda: open(os.path.join(other, "x.txt"), "w").close()),
+    "write own": attempt(lambda: open(os.path.join(os.environ["COURSE_OUTPUTS"], "x.txt"), "w").close()),
+}}))
+"""
+
+
+def test_two_participants_get_isolated_servers_and_an_idle_one_is_culled(hub):
+    import requests
+
+    base, token = hub["base"], hub["token"]
+    api = {"Authorization": f"token {token}"}
+    # the day's secret: a wrong one is refused, the right one logs each participant in
+    assert _login(base, USERS[0], "not-the-secret").status_code == 403
+    for name in USERS:
+        reply = _login(base, name, "the-day-secret")
+        assert reply.status_code == 302, (reply.status_code, reply.text[:300])
+    assert _login(base, "root", "the-day-secret").status_code == 403  # not a participant's name
+    # spawn both servers through the REST API, timed
+    spawn_seconds = {}
+    for name in USERS:
+        t0 = time.perf_counter()
+        assert requests.post(f"{base}/hub/api/users/{name}/server", headers=api, timeout=30).status_code in (201, 202)
+        for _ in range(240):
+            server = requests.get(f"{base}/hub/api/users/{name}", headers=api, timeout=10).json()["servers"].get("", {})
+            if server.get("ready"):
+                break
+            time.sleep(0.5)
+        assert server.get("ready"), hub["log"].read_text()[-3000:]
+        spawn_seconds[name] = time.perf_counter() - t0
+    seen = {}
+    for name, other in zip(USERS, reversed(USERS), strict=True):
+        listing = requests.get(f"{base}/user/{name}/api/contents/", headers=api, timeout=30).json()
+        assert "00_environment.ipynb" in {entry["name"] for entry in listing["content"]}
+        out = asyncio.run(_run_cell(base, name, token, CELL.format(other=f"/home/{other}/outputs")))
+        seen[name] = json.loads(out.strip().splitlines()[-1])
+    a, b = (seen[n] for n in USERS)
+    assert (a["user"], b["user"]) == USERS  # each server runs as its participant
+    assert {a["device"], b["device"]} == {"0", "1"}  # a device each
+    assert a["outputs"] != b["outputs"] and a["warm cache"] and b["warm cache"]
+    for s in (a, b):
+        assert (s["read other"], s["write other"], s["write own"]) == ("denied", "denied", "allowed")
+    rss = {
+        n: sum(p.memory_info().rss for p in psutil.process_iter(["username"]) if p.info["username"] == n) for n in USERS
+    }
+    print(
+        f"spawn seconds: {spawn_seconds}; memory per participant (server + one kernel), MiB: "
+        f"{ {n: round(v / 2**20) for n, v in rss.items()} }"
+    )
+    # idle: with COURSE_HUB_IDLE=12 the culler stops both servers
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        servers = [requests.get(f"{base}/hub/api/users/{n}", headers=api, timeout=10).json()["servers"] for n in USERS]
+        if not any(servers):
+            break
+        time.sleep(2)
+    assert not any(servers), "the idle servers were not culled"
+    # stopping the hub leaves nothing behind
+    hub["proc"].terminate()
+    hub["proc"].wait(timeout=30)
+    time.sleep(1)
+    left = []
+    for p in psutil.process_iter(["name", "cmdline", "create_time", "username"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if p.info["create_time"] >= hub["started"] and (
+            p.info["username"] in USERS or re.search(r"configurable-http-proxy|jupyterhub|idle_culler", cmd)
+        ):
+            left.append(cmd[:120])
+    assert not left, f"left running after the hub stopped: {left}"
+
+
+def test_the_hub_refuses_to_start_without_a_secret(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "COURSE_HUB_PASSWORD"}
+    env["COURSE_HUB_STATE"] = str(tmp_path)
+    proc = subprocess.run(
+        [str(HUB), "-f", str(REPO / "hub" / "jupyterhub_config.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0 and "COURSE_HUB_PASSWORD" in proc.stdout + proc.stderr
+
+
+def test_the_cluster_values_file_is_valid_yaml_with_gpu_requests():
+    import yaml
+
+    values = yaml.safe_load((REPO / "hub" / "z2jh-values.yaml").read_text())
+    limits = values["singleuser"]["extraResource"]["limits"]
+    assert limits["nvidia.com/gpu"] in (1, "1")
+    assert values["cull"]["enabled"] is True
+    assert shutil.which  # the file is checked for syntax and shape only: it is not deployed here
+
+
+def test_a_course_closed_to_participants_is_named():
+    import importlib.util
+    import tempfile
+
+    spec = importlib.util.spec_from_file_location("hub_paths", REPO / "hub" / "_paths.py")
+    paths = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paths)
+    base = Path(tempfile.mkdtemp())  # under /tmp, which every user can enter (pytest's tmp_path is private)
+    try:
+        os.chmod(base, 0o755)
+        private = base / "private"
+        (private / "bin").mkdir(parents=True)
+        (private / "bin" / "python").write_text("")
+        os.chmod(private / "bin" / "python", 0o755)
+        os.chmod(private, 0o700)
+        assert paths.closed_to_others(private / "bin" / "python") == private
+        os.chmod(private, 0o755)
+        assert paths.closed_to_others(private / "bin" / "python") is None
+    finally:
+        shutil.rmtree(base)
