@@ -14,12 +14,24 @@ LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 # extra JupyterLab options, e.g. make lab LAB_ARGS="--no-browser --ip=0.0.0.0"
 LAB_ARGS ?=
 
-.PHONY: hub setup lab test test-helpers test-notebooks lint format full-run html data trt clean
+.PHONY: hub no-npm setup lab test test-helpers test-notebooks lint format full-run html data trt clean
 
-setup: $(STAMP)
+# The proxy JupyterHub needs (`make hub`, Node.js), pinned in hub/package-lock.json: installed when npm is there;
+# a failed install is said and retried by the next set-up (its stamp is written only on success).
+NPM := $(shell command -v npm)
+PROXY_STAMP := hub/node_modules/.installed
+
+setup: $(STAMP) $(if $(NPM),$(PROXY_STAMP),no-npm)
+
+$(PROXY_STAMP): hub/package.json hub/package-lock.json
+	@npm ci --prefix hub --no-audit --no-fund --silent && touch $@ || \
+		echo "npm ci failed: make hub will not work until a set-up installs its proxy; everything else is set up"
+
+no-npm:
+	@echo "no npm: the course's JupyterHub (make hub) needs Node.js and npm; everything else is set up"
 
 # Re-installs only when requirements.txt or pyproject.toml change (or the venv is missing).
-$(STAMP): requirements.txt pyproject.toml jupyter/overrides.json hub/package-lock.json
+$(STAMP): requirements.txt pyproject.toml jupyter/overrides.json
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), "Python 3.11+ is needed (found " + sys.version.split()[0] + "); set PYTHON=/path/to/python3.11"'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { echo "could not create $(VENV): on Debian/Ubuntu install python3.11-venv"; rm -rf $(VENV); exit 1; }
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
@@ -31,9 +43,6 @@ $(STAMP): requirements.txt pyproject.toml jupyter/overrides.json hub/package-loc
 	@if [ "$$(git rev-parse --show-toplevel 2>/dev/null)" = "$(CURDIR)" ]; then \
 		git config filter.nbstripout.clean '"$(CURDIR)/$(BIN)/python" -m nbstripout --keep-id' && \
 		git config filter.nbstripout.smudge cat && git config filter.nbstripout.required true; fi
-	@# The proxy JupyterHub needs (`make hub`; Node.js): pinned in hub/package-lock.json. Skipped without npm.
-	@if ! command -v npm >/dev/null; then echo "no npm: the course's JupyterHub (make hub) needs Node.js; everything else is set up"; \
-	elif ! npm ci --prefix hub --no-audit --no-fund --silent; then echo "npm ci failed: make hub will not work until it succeeds; everything else is set up"; fi
 	@touch $(STAMP)
 	@echo "set-up complete: $(VENV)"
 
@@ -49,12 +58,12 @@ hub: setup
 
 # Lint, and the layout ruff format gives (notebooks are linted, not reformatted: pyproject.toml says why).
 lint: setup
-	$(BIN)/ruff check helpers tests scripts notebooks
-	$(BIN)/ruff format --check helpers tests scripts notebooks
+	$(BIN)/ruff check helpers tests scripts notebooks hub
+	$(BIN)/ruff format --check helpers tests scripts notebooks hub
 
 # Apply the layout `make lint` checks.
 format: setup
-	$(BIN)/ruff format helpers tests scripts notebooks
+	$(BIN)/ruff format helpers tests scripts notebooks hub
 
 # Their compile caches and records go to outputs/test too, not into the cache and results `make lab` uses.
 test-helpers: setup

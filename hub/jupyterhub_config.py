@@ -19,7 +19,8 @@ COURSE_HUB_THREADS          intra-op threads per participant (default: CPU cores
 COURSE_HUB_SEATS            participants expected at once (default 8), for the default thread budget
 COURSE_HUB_IDLE             seconds of inactivity before a server is stopped (default 3600)
 COURSE_HUB_STATE            the hub's database, cookie secret, device assignments (default hub/state)
-COURSE_HUB_WARM_CACHE       a compile cache to copy to each participant (default outputs/inductor-cache)
+COURSE_HUB_WARM_CACHE       Inductor's cache to copy to each participant (default outputs/inductor-cache; Triton's,
+                            outputs/triton-cache, is copied too where it exists)
 =========================== ======================================================================================
 """
 
@@ -55,32 +56,60 @@ def _int(name: str, default: int) -> int:
 
 
 def _gpus() -> list[str]:
+    """``COURSE_HUB_GPUS``, or what ``nvidia-smi -L`` lists: the MIG slices' UUIDs where a GPU is partitioned,
+    the GPU's UUID otherwise (UUIDs, not indices: CUDA's index order need not be nvidia-smi's)."""
     if "COURSE_HUB_GPUS" in os.environ:
         return [g.strip() for g in os.environ["COURSE_HUB_GPUS"].split(",") if g.strip()]
     if shutil.which("nvidia-smi") is None:
         return []
-    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
-    return [str(i) for i, line in enumerate(listed.splitlines()) if line.startswith("GPU ")]
+    devices, gpu = [], None
+    for line in subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.splitlines():
+        uuid = re.search(r"UUID: ((?:GPU|MIG)-[0-9a-fA-F-]+)", line)
+        if uuid and line.startswith("GPU "):
+            gpu = uuid.group(1)
+            devices.append(gpu)
+        elif uuid and "MIG" in line and gpu in devices:  # a slice of the GPU above: hand out slices instead
+            devices.remove(gpu)
+            devices.append(uuid.group(1))
+        elif uuid:
+            devices.append(uuid.group(1))
+    return devices
 
 
 PASSWORD = os.environ.get("COURSE_HUB_PASSWORD", "")
 if len(PASSWORD) < 8:
     raise SystemExit("set COURSE_HUB_PASSWORD to the day's shared secret (8 characters or more), then start the hub")
 PYTHON = Path(REPO / ".venv" / "bin" / "python")
-for needed in (PYTHON, REPO / "notebooks"):  # each participant's server runs as that participant
-    closed = closed_to_others(needed)
+WARM = [
+    Path(os.environ.get("COURSE_HUB_WARM_CACHE", REPO / "outputs" / "inductor-cache")),
+    REPO / "outputs" / "triton-cache",
+]
+NEEDED = [
+    (PYTHON, False),
+    (REPO / "notebooks", True),
+    (REPO / "helpers", True),
+    *((w, True) for w in WARM if w.exists()),
+]
+for needed, read in NEEDED:  # each participant's server runs as that participant, and copies as them
+    closed = closed_to_others(needed, read=read)
     if closed is not None:
         raise SystemExit(
             f"participants cannot reach {needed.resolve()}: {closed} is closed to other users. Run the course from "
             f"a Python and a checkout every user can read (e.g. Debian's python3.11, the repo outside /root), or "
             f"`chmod o+x {closed}` if that is acceptable on this machine."
         )
+SBIN = "/usr/sbin:/usr/bin:/sbin:/bin"
+RUNUSER = shutil.which("runuser", path=SBIN)
+if RUNUSER is None or shutil.which("useradd", path=SBIN) is None:
+    raise SystemExit("the course's hub runs on Linux with runuser and useradd (util-linux, shadow): not found here")
 GPUS = _gpus()
 SEATS = _int("COURSE_HUB_SEATS", 8)
 THREADS = _int("COURSE_HUB_THREADS", max(1, (os.cpu_count() or 1) // max(SEATS, 1)))
 IDLE = _int("COURSE_HUB_IDLE", 3600)
 PORT, API_PORT = _int("COURSE_HUB_PORT", 8000), _int("COURSE_HUB_API_PORT", 8081)
-WARM_CACHE = Path(os.environ.get("COURSE_HUB_WARM_CACHE", REPO / "outputs" / "inductor-cache"))
+
+if "COURSE_HUB_GPUS" not in os.environ and not GPUS:
+    print("no GPU found: participants' servers run on the CPU (set COURSE_HUB_GPUS to hand out devices)")
 
 # --- hub and proxy: the loopback unless told otherwise --------------------------------------------------------
 c.JupyterHub.ip = os.environ.get("COURSE_HUB_IP", "127.0.0.1")
@@ -117,11 +146,12 @@ def _account(name: str) -> pwd.struct_passwd:
     try:
         grp.getgrnam(GROUP)
     except KeyError:
-        subprocess.run(["groupadd", GROUP], check=True)
+        subprocess.run([shutil.which("groupadd", path=SBIN) or "groupadd", GROUP], check=True)
     try:
         account = pwd.getpwnam(name)
     except KeyError:
-        subprocess.run(["useradd", "--create-home", "--gid", GROUP, "--shell", "/bin/bash", name], check=True)
+        useradd = shutil.which("useradd", path=SBIN) or "useradd"
+        subprocess.run([useradd, "--create-home", "--gid", GROUP, "--shell", "/bin/bash", name], check=True)
         account = pwd.getpwnam(name)
     if account.pw_gid != grp.getgrnam(GROUP).gr_gid:
         raise ValueError(f"{name!r} is an existing account outside the group {GROUP!r}: not a participant")
@@ -163,38 +193,57 @@ def _device_for(name: str) -> str:
     return assigned[name]
 
 
-def _copy_tree(src: Path, dst: Path, account: pwd.struct_passwd) -> None:
-    if src.is_dir() and not dst.exists():
-        shutil.copytree(src, dst)
-    for root, dirs, files in os.walk(dst):
-        for entry in [root, *(os.path.join(root, f) for f in [*dirs, *files])]:
-            os.chown(entry, account.pw_uid, account.pw_gid)
+# What a participant's first login sets up, run *as the participant* (never as root in their home: a symlink
+# they planted there cannot make root touch another file): a private home and outputs, their own copy of the
+# notebooks, a copy of the teacher's warm compile caches, a private temporary folder (Ray's too).
+SETUP = """set -e
+chmod 700 "$HOME"
+mkdir -p "$HOME/outputs" "$HOME/tmp"
+chmod 700 "$HOME/outputs" "$HOME/tmp"
+[ -e "$HOME/course" ] || cp -r "$1" "$HOME/course"
+[ -e "$HOME/outputs/inductor-cache" ] || [ ! -d "$2" ] || cp -r "$2" "$HOME/outputs/inductor-cache"
+[ -e "$HOME/outputs/triton-cache" ] || [ ! -d "$3" ] || cp -r "$3" "$HOME/outputs/triton-cache"
+"""
 
 
 def pre_spawn_hook(spawner) -> None:
     account = _account(spawner.user.name)
     home = Path(account.pw_dir)
-    os.chmod(home, 0o700)  # nobody else reads a participant's notebooks or outputs
-    _copy_tree(REPO / "notebooks", home / "course", account)  # their own copy, theirs to edit
-    outputs = home / "outputs"
-    outputs.mkdir(exist_ok=True)
-    _copy_tree(WARM_CACHE, outputs / "inductor-cache", account)  # the teacher's pre-warmed compile cache
-    os.chown(outputs, account.pw_uid, account.pw_gid)
-    os.chmod(outputs, 0o700)
-    device = _device_for(spawner.user.name)
-    spawner.environment.update(
-        {
-            "CUDA_VISIBLE_DEVICES": device,  # "" on a CPU machine: no GPU at all
-            "COURSE_OUTPUTS": str(outputs),
-            "OMP_NUM_THREADS": str(THREADS),
-            "MKL_NUM_THREADS": str(THREADS),
-            "COURSE_HUB_DEVICE": device or "cpu",
-            "PYTHONPATH": str(REPO),  # helpers, from the course checkout
-        }
+    subprocess.run(
+        [RUNUSER, "-u", account.pw_name, "--", "sh", "-c", SETUP, "setup", str(REPO / "notebooks"), *map(str, WARM)],
+        check=True,
+        env={"HOME": str(home), "PATH": SBIN},
     )
+    outputs = home / "outputs"
+    device = _device_for(spawner.user.name)
+    spawner.environment = {  # a new dict: the configured one may be shared by every participant's spawner
+        **spawner.environment,
+        "CUDA_VISIBLE_DEVICES": device,  # "" on a CPU machine: no GPU at all
+        "COURSE_OUTPUTS": str(outputs),
+        "OMP_NUM_THREADS": str(THREADS),
+        "MKL_NUM_THREADS": str(THREADS),
+        "COURSE_HUB_DEVICE": device or "cpu",
+        "PYTHONPATH": str(REPO),  # helpers, from the course checkout
+        "TMPDIR": str(home / "tmp"),  # private: Ray's /tmp/ray would be the first participant's only
+    }
+
+
+def post_stop_hook(spawner) -> None:
+    """Stop everything the participant left running (a detached job, a serving engine's workers): the spawner
+    itself signals only the server's process."""
+    import psutil
+
+    uid = pwd.getpwnam(spawner.user.name).pw_uid
+    for process in psutil.process_iter(["uids"]):
+        if process.info["uids"] and process.info["uids"].real == uid:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
 
 
 c.Spawner.pre_spawn_hook = pre_spawn_hook
+c.Spawner.post_stop_hook = post_stop_hook
 
 # --- idle servers stopped ---------------------------------------------------------------------------------------
 c.JupyterHub.services = [

@@ -24,6 +24,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from helpers.serving import listeners
+
 REPO = Path(__file__).resolve().parents[1]
 HUB = REPO / ".venv" / "bin" / "jupyterhub"
 PROXY = REPO / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -68,16 +70,21 @@ def _remove_users() -> None:
 @pytest.fixture
 def reachable():
     """This machine's Python may live under /root (pyenv), which participants cannot enter: open the folders on
-    the way for traversal only (o+x, no listing) for the test, and close them again. The hub itself refuses to
-    start with a clear message in that case (test below)."""
+    the way for traversal only (o+x, no listing) for the test, and close them again. (The hub itself refuses to
+    start in that case, naming the folder: `closed_to_others`, tested below.)"""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("hub_config_probe", REPO / "hub" / "_paths.py")
     paths = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(paths)
     opened = []
-    for needed in (REPO / ".venv" / "bin" / "python", REPO / "notebooks"):
-        while (closed := paths.closed_to_others(needed)) is not None:
+    for needed, read in (
+        (REPO / ".venv" / "bin" / "python", False),
+        (REPO / "notebooks", True),
+        (REPO / "helpers", True),
+    ):
+        while (closed := paths.closed_to_others(needed, read=read)) is not None:
+            assert closed.is_dir(), f"{closed} itself is not readable by other users: fix its mode"
             opened.append((closed, os.stat(closed).st_mode))
             os.chmod(closed, os.stat(closed).st_mode | 0o001)
     yield
@@ -87,7 +94,13 @@ def reachable():
 
 @pytest.fixture
 def hub(tmp_path, reachable):
+    import tempfile
+
     _remove_users()
+    warm = Path(tempfile.mkdtemp())  # a warm cache participants can read (pytest's tmp_path is private to root)
+    os.chmod(warm, 0o755)
+    (warm / "kernel.so").write_text("a pre-compiled kernel")
+    os.chmod(warm / "kernel.so", 0o644)
     group_existed = any(g.gr_name == "course" for g in grp.getgrall())
     port, api_port, _ = _free_ports(3)
     token = secrets.token_hex(16)
@@ -110,10 +123,8 @@ c.JupyterHub.load_roles.append({{"name": "course-test", "services": ["course-tes
         "COURSE_HUB_STATE": str(tmp_path / "state"),
         "COURSE_HUB_GPUS": "0,1",
         "COURSE_HUB_IDLE": "12",
-        "COURSE_HUB_WARM_CACHE": str(tmp_path / "warm"),
+        "COURSE_HUB_WARM_CACHE": str(warm),
     }
-    (tmp_path / "warm").mkdir()
-    (tmp_path / "warm" / "kernel.so").write_text("a pre-compiled kernel")
     log = open(tmp_path / "hub.log", "w")  # noqa: SIM115 (closed below)
     started = time.time()
     proc = subprocess.Popen([str(HUB), "-f", str(config)], cwd=tmp_path, env=env, stdout=log, stderr=log)
@@ -129,6 +140,8 @@ c.JupyterHub.load_roles.append({{"name": "course-test", "services": ["course-tes
                 pass
             assert proc.poll() is None, (tmp_path / "hub.log").read_text()[-3000:]
             time.sleep(0.5)
+        else:
+            raise AssertionError("the hub did not answer in 60 s:\n" + (tmp_path / "hub.log").read_text()[-3000:])
         yield {"base": base, "token": token, "proc": proc, "log": tmp_path / "hub.log", "started": started}
     finally:
         proc.terminate()
@@ -138,6 +151,7 @@ c.JupyterHub.load_roles.append({{"name": "course-test", "services": ["course-tes
             proc.kill()
         log.close()
         _remove_users()
+        shutil.rmtree(warm)
         if not group_existed:
             subprocess.run(["groupdel", "course"], capture_output=True)
 
@@ -154,7 +168,7 @@ def _login(base: str, name: str, password: str):
         allow_redirects=False,
         timeout=30,
     )
-    return reply
+    return session, reply
 
 
 async def _run_cell(base: str, name: str, token: str, code: str) -> str:
@@ -204,6 +218,7 @@ def attempt(action):
         return "allowed"
     except PermissionError:
         return "denied"
+import torch, helpers  # what a participant's kernel holds once a notebook starts
 print(json.dumps({{
     "user": pwd.getpwuid(os.getuid()).pw_name,
     "device": os.environ["CUDA_VISIBLE_DEVICES"],
@@ -223,43 +238,43 @@ def test_two_participants_get_isolated_servers_and_an_idle_one_is_culled(hub):
     base, token = hub["base"], hub["token"]
     api = {"Authorization": f"token {token}"}
     # the day's secret: a wrong one is refused, the right one logs each participant in
-    assert _login(base, USERS[0], "not-the-secret").status_code == 403
+    assert _login(base, USERS[0], "not-the-secret")[1].status_code == 403
+    sessions = {}
     for name in USERS:
-        reply = _login(base, name, "the-day-secret")
+        sessions[name], reply = _login(base, name, "the-day-secret")
         assert reply.status_code == 302, (reply.status_code, reply.text[:300])
-    assert _login(base, "root", "the-day-secret").status_code == 403  # not a participant's name
-    # spawn both servers through the REST API, timed
-    spawn_seconds = {}
-    for name in USERS:
-        t0 = time.perf_counter()
-        assert requests.post(f"{base}/hub/api/users/{name}/server", headers=api, timeout=30).status_code in (201, 202)
-        for _ in range(240):
-            server = requests.get(f"{base}/hub/api/users/{name}", headers=api, timeout=10).json()["servers"].get("", {})
-            if server.get("ready"):
-                break
-            time.sleep(0.5)
-        assert server.get("ready"), hub["log"].read_text()[-3000:]
-        spawn_seconds[name] = time.perf_counter() - t0
+    assert _login(base, "root", "the-day-secret")[1].status_code == 403  # not a participant's name
+    spawn_seconds = {name: _spawn(base, api, name, hub["log"]) for name in USERS}
     seen = {}
     for name, other in zip(USERS, reversed(USERS), strict=True):
-        listing = requests.get(f"{base}/user/{name}/api/contents/", headers=api, timeout=30).json()
-        assert "00_environment.ipynb" in {entry["name"] for entry in listing["content"]}
+        # each participant reaches their own server with their login, and not the other's
+        # (the browser's way: JupyterLab's page sends them through the hub's OAuth, which sets the server's cookie)
+        assert sessions[name].get(f"{base}/user/{name}/lab", timeout=60).status_code == 200
+        own = sessions[name].get(f"{base}/user/{name}/api/contents/", timeout=60)
+        assert own.status_code == 200 and "00_environment.ipynb" in {e["name"] for e in own.json()["content"]}
+        assert sessions[name].get(f"{base}/user/{other}/lab", timeout=60).status_code == 403
         out = asyncio.run(_run_cell(base, name, token, CELL.format(other=f"/home/{other}/outputs")))
         seen[name] = json.loads(out.strip().splitlines()[-1])
     a, b = (seen[n] for n in USERS)
     assert (a["user"], b["user"]) == USERS  # each server runs as its participant
     assert {a["device"], b["device"]} == {"0", "1"}  # a device each
     assert a["outputs"] != b["outputs"] and a["warm cache"] and b["warm cache"]
-    for s in (a, b):
-        assert (s["read other"], s["write other"], s["write own"]) == ("denied", "denied", "allowed")
-    rss = {
-        n: sum(p.memory_info().rss for p in psutil.process_iter(["username"]) if p.info["username"] == n) for n in USERS
+    for seen_by in (a, b):
+        assert (seen_by["read other"], seen_by["write other"], seen_by["write own"]) == ("denied", "denied", "allowed")
+    # nothing listens beyond the loopback: the hub, its proxy and culler, both servers and their kernels
+    processes = [psutil.Process(hub["proc"].pid), *psutil.Process(hub["proc"].pid).children(recursive=True)]
+    processes += [p for p in psutil.process_iter(["username"]) if p.info["username"] in USERS]
+    sockets = listeners(processes)
+    assert sockets and all(s["loopback"] for s in sockets), [s for s in sockets if not s["loopback"]]
+    pss = {
+        n: sum(p.memory_full_info().pss for p in psutil.process_iter(["username"]) if p.info["username"] == n)
+        for n in USERS
     }
     print(
-        f"spawn seconds: {spawn_seconds}; memory per participant (server + one kernel), MiB: "
-        f"{ {n: round(v / 2**20) for n, v in rss.items()} }"
+        f"spawn seconds: {spawn_seconds}; memory (PSS) per participant with a kernel that imported torch and "
+        f"helpers, MiB: { {n: round(v / 2**20) for n, v in pss.items()} }"
     )
-    # idle: with COURSE_HUB_IDLE=12 the culler stops both servers
+    # idle: with COURSE_HUB_IDLE=12 the culler stops both servers, and says so
     deadline = time.time() + 90
     while time.time() < deadline:
         servers = [requests.get(f"{base}/hub/api/users/{n}", headers=api, timeout=10).json()["servers"] for n in USERS]
@@ -267,9 +282,12 @@ def test_two_participants_get_isolated_servers_and_an_idle_one_is_culled(hub):
             break
         time.sleep(2)
     assert not any(servers), "the idle servers were not culled"
-    # stopping the hub leaves nothing behind
+    assert all(f"Culling server {n}" in hub["log"].read_text() for n in USERS), "stopped, but not by the culler"
+    # stopping the hub with a live server and a detached job of its participant leaves nothing behind
+    _spawn(base, api, USERS[0], hub["log"])
+    asyncio.run(_run_cell(base, USERS[0], token, DETACHED))
     hub["proc"].terminate()
-    hub["proc"].wait(timeout=30)
+    hub["proc"].wait(timeout=60)
     time.sleep(1)
     left = []
     for p in psutil.process_iter(["name", "cmdline", "create_time", "username"]):
@@ -279,6 +297,23 @@ def test_two_participants_get_isolated_servers_and_an_idle_one_is_culled(hub):
         ):
             left.append(cmd[:120])
     assert not left, f"left running after the hub stopped: {left}"
+
+
+DETACHED = "import subprocess; subprocess.Popen(['sleep', '300'], start_new_session=True); print('started')"
+
+
+def _spawn(base: str, api: dict, name: str, log: Path) -> float:
+    """Spawn `name`'s server through the REST API; seconds until it is ready."""
+    import requests
+
+    t0 = time.perf_counter()
+    assert requests.post(f"{base}/hub/api/users/{name}/server", headers=api, timeout=30).status_code in (201, 202)
+    for _ in range(240):
+        server = requests.get(f"{base}/hub/api/users/{name}", headers=api, timeout=10).json()["servers"].get("", {})
+        if server.get("ready"):
+            return time.perf_counter() - t0
+        time.sleep(0.5)
+    raise AssertionError(f"{name}'s server was not ready in 120 s:\n" + log.read_text()[-3000:])
 
 
 def test_the_hub_refuses_to_start_without_a_secret(tmp_path):
@@ -301,7 +336,7 @@ def test_the_cluster_values_file_is_valid_yaml_with_gpu_requests():
     limits = values["singleuser"]["extraResource"]["limits"]
     assert limits["nvidia.com/gpu"] in (1, "1")
     assert values["cull"]["enabled"] is True
-    assert shutil.which  # the file is checked for syntax and shape only: it is not deployed here
+    assert not values["hub"]["config"]["SharedPasswordAuthenticator"]["user_password"]  # no secret in the repo
 
 
 def test_a_course_closed_to_participants_is_named():
