@@ -27,6 +27,17 @@ def rf(one_thread) -> roofline.Roofline:
     return roofline.Roofline("cpu", "test", {"fp32": 2 * 512**3 / mm.median}, 2 * 64 * 2**20 / copy.median, latency)
 
 
+def settled(fn, x, rf, attempts=3, **kwargs):
+    """What the doctor itself advises when its two batch doublings disagree ("read this verdict as uncertain and
+    run it again": a pause on a busy CI machine): run it again, up to ``attempts`` times, and judge the first
+    diagnosis it is sure of (or the last one)."""
+    for _ in range(attempts):
+        d = doctor.diagnose(fn, x, rf, **kwargs)
+        if "read this verdict as uncertain" not in d.explain():
+            break
+    return d
+
+
 def tiny_ops(x):
     for _ in range(100):
         x = x + 1
@@ -59,7 +70,7 @@ def test_count_ops_counts_reads_back_to_python():
 
 @pytest.mark.timing
 def test_loop_of_tiny_ops_is_overhead_bound(rf):
-    d = doctor.diagnose(tiny_ops, torch.randn(1, 16), rf)
+    d = settled(tiny_ops, torch.randn(1, 16), rf)
     assert d.regime == "overhead", d.explain()
     assert d.counts.ops == 100 and d.dispatch_share > 0
 
@@ -67,28 +78,28 @@ def test_loop_of_tiny_ops_is_overhead_bound(rf):
 @pytest.mark.timing
 def test_large_elementwise_op_is_memory_bound(rf):
     # in place, so the op is timed and not the allocator; clamp keeps the values finite across calls
-    d = doctor.diagnose(lambda x: x.clamp_(-1, 1).mul_(0.5), torch.randn(4, 2**21), rf)
+    d = settled(lambda x: x.clamp_(-1, 1).mul_(0.5), torch.randn(4, 2**21), rf)
     assert d.regime == "memory", d.explain()
     assert d.counts.intensity < 1 and d.explained > doctor.EXPLAINED_MIN
 
 
 @pytest.mark.timing
 def test_transposed_copy_is_memory_bound(rf):
-    d = doctor.diagnose(lambda x: x.t().contiguous(), torch.randn(2048, 2048), rf, batch_dim=0)
+    d = settled(lambda x: x.t().contiguous(), torch.randn(2048, 2048), rf, batch_dim=0)
     assert d.regime == "memory", d.explain()
 
 
 @pytest.mark.timing
 def test_matrix_vector_product_with_large_weights_is_memory_bound(rf):
     w = torch.randn(4096, 2048)
-    d = doctor.diagnose(lambda x: x @ w.t(), torch.randn(1, 2048), rf)
+    d = settled(lambda x: x @ w.t(), torch.randn(1, 2048), rf)
     assert d.regime == "memory", d.explain()  # every weight is read for 2 FLOPs
 
 
 @pytest.mark.timing
 def test_large_matmul_is_compute_bound(rf):
     w = torch.randn(1024, 1024)
-    d = doctor.diagnose(lambda x: x @ w, torch.randn(256, 1024), rf)
+    d = settled(lambda x: x @ w, torch.randn(256, 1024), rf)
     assert d.regime == "compute", d.explain()
     assert d.counts.intensity > rf.ridge_point()
     assert "compute-bound" in d.explain() and d.row()["regime"] == "compute"
