@@ -92,6 +92,7 @@ data: setup
 	$(BIN)/python -m pip install --quiet -r scripts/requirements-data.txt
 	$(BIN)/python scripts/make_data.py
 	$(BIN)/python scripts/train_digits.py
+	$(BIN)/python scripts/train_lms.py  # about 15 minutes on 2 cores; the corpus itself is not rebuilt (see data/README.md)
 
 # Optional, by hand on a machine with an NVIDIA GPU (a large download): TensorRT 10 for ONNX Runtime's TensorRT
 # provider (requirements-trt.txt says why 10 and not 11), then what the provider needs that is still missing.

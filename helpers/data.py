@@ -3,7 +3,9 @@
 * ``digits.pt``: scikit-learn's handwritten digits (1797 8×8 grey images, 17 grey levels, CC BY 4.0) as
   uint8 tensors, with a fixed stratified train/test split;
 * ``photos/*.jpg``: six public-domain / CC0 photographs from scikit-image, for a real decode → resize →
-  normalise input pipeline.
+  normalise input pipeline;
+* ``stdlib_docstrings.txt``: the docstrings of Python's standard library (PSF licence), the text the course's
+  small language models are trained on, read as bytes (one token per byte).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from .paths import DATA_DIR, verify_shipped
 
 DIGITS_FILE = DATA_DIR / "digits.pt"
 PHOTOS_DIR = DATA_DIR / "photos"
+CORPUS = DATA_DIR / "stdlib_docstrings.txt"
+CORPUS_SEPARATOR = "\n\n\f\n"  # between two docstrings
+HELD_OUT = 0.05  # the last 5 % of the documents: never trained on
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 SPLITS = ("train", "test", "all")
@@ -54,6 +59,16 @@ def digits_loader(split: str = "test", batch_size: int = 64, shuffle: bool = Fal
     """A ``DataLoader`` over the digits (extra keyword arguments go to ``DataLoader``)."""
     check_int("batch_size", batch_size, hint="pass how many digits per batch, e.g. 64")
     return DataLoader(TensorDataset(*load_digits(split)), batch_size=batch_size, shuffle=shuffle, **kwargs)
+
+
+def load_corpus(split: str = "all") -> torch.Tensor:
+    """The docstring corpus as a 1-D uint8 tensor of bytes (token ids 0…255): ``"train"`` is the first 95 % of
+    its documents, ``"test"`` the last 5 % (held out from training), ``"all"`` both."""
+    check_choice("split", split, SPLITS, hint="'test' is the held-out 5 % of the documents")
+    text = verify_shipped(CORPUS, DATA_DIR).read_bytes()
+    cut = text.rfind(CORPUS_SEPARATOR.encode(), 0, int(len(text) * (1 - HELD_OUT))) + len(CORPUS_SEPARATOR)
+    part = {"train": text[:cut], "test": text[cut:], "all": text}[split]
+    return torch.frombuffer(bytearray(part), dtype=torch.uint8)
 
 
 def photo_paths() -> list[Path]:

@@ -18,30 +18,44 @@ every cost in decoding can be read off it:
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .checks import check_callable, check_choice, check_instance, check_int
+from .paths import DATA_DIR, verify_shipped
 
 __all__ = [
     "GPTConfig",
     "GPT",
     "StaticKVCache",
     "DynamicKVCache",
+    "PagedKVCache",
+    "BlockTable",
     "generate",
     "generate_uncached",
+    "speculative_generate",
     "decode_step",
     "prefill",
     "kv_cache_bytes",
     "decode_weight_bytes",
     "flops_per_token",
     "linear_weight_bytes",
+    "trained_lm",
+    "device_sized_config",
+    "lm_metrics",
+    "encode",
+    "decode",
 ]
+
+LM_NAMES = ("target", "draft")
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,7 @@ class GPTConfig:
     n_head: int = 4
     dim: int = 256
     max_seq_len: int = 512
+    n_kv_heads: int | None = None  # grouped-query attention: fewer key/value heads than query heads
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_layer", "n_head", "dim", "max_seq_len"):
@@ -63,10 +78,22 @@ class GPTConfig:
                 f"GPTConfig: dim={self.dim} is not a multiple of n_head={self.n_head}; "
                 "pick a dim that n_head divides (each head gets dim // n_head channels)."
             )
+        if self.n_kv_heads is not None:
+            check_int("GPTConfig.n_kv_heads", self.n_kv_heads, hint="give the number of key/value heads, or None")
+            if self.n_head % self.n_kv_heads:
+                raise ValueError(
+                    f"GPTConfig: n_head={self.n_head} is not a multiple of n_kv_heads={self.n_kv_heads}; "
+                    "each key/value head serves the same number of query heads (None: one per query head)."
+                )
 
     @property
     def head_dim(self) -> int:
         return self.dim // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: ``n_head`` (multi-head attention) unless ``n_kv_heads`` says fewer (GQA; 1 = MQA)."""
+        return self.n_head if self.n_kv_heads is None else self.n_kv_heads
 
 
 def _check_cache_args(batch: int, max_len: int, limit: int) -> None:
@@ -76,7 +103,11 @@ def _check_cache_args(batch: int, max_len: int, limit: int) -> None:
 
 class StaticKVCache(nn.Module):
     """Keys and values for ``max_len`` positions, allocated once and written in place: the shapes never change,
-    so a compiled decode step is compiled once and can be captured in a CUDA graph."""
+    so a compiled decode step is compiled once and can be captured in a CUDA graph.
+
+    Each row holds one sequence. ``pos`` is either one position per new token shared by every row (``(T,)``:
+    the batch moves in lockstep) or one per row and token (``(n, T)``: each sequence at its own position, what
+    continuous batching needs); ``slots`` (``(n,)``) picks the rows the ``n`` sequences live in (default: all)."""
 
     def __init__(
         self,
@@ -92,13 +123,26 @@ class StaticKVCache(nn.Module):
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
-    def update(self, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.k.index_copy_(2, pos, k)
-        self.v.index_copy_(2, pos, v)
-        return self.k, self.v
+    def update(
+        self, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if pos.dim() == 1 and slots is None:  # the whole batch at the same positions
+            self.k.index_copy_(2, pos, k)
+            self.v.index_copy_(2, pos, v)
+            return self.k, self.v
+        rows = torch.arange(k.shape[0], device=k.device) if slots is None else slots
+        where = (rows[:, None], slice(None), pos.expand(k.shape[0], -1))  # row r, every head, its own positions
+        self.k[where] = k.transpose(1, 2)
+        self.v[where] = v.transpose(1, 2)
+        return (self.k, self.v) if slots is None else (self.k[slots], self.v[slots])
 
-    def key_positions(self, device: torch.device) -> torch.Tensor:
-        return torch.arange(self.k.shape[2], device=device)
+    def mask(self, pos: torch.Tensor) -> torch.Tensor:
+        """Which cached positions each new token sees: every key at a position ≤ its own (the slots not
+        written yet, or left by an earlier sequence of the row, are at later positions and hidden)."""
+        keys = torch.arange(self.k.shape[2], device=pos.device)
+        if pos.dim() == 1:
+            return pos[:, None] >= keys[None, :]  # (T, max_len), shared by every row
+        return (pos[:, :, None] >= keys)[:, None]  # (n, 1, T, max_len): a mask per row
 
     @property
     def empty(self) -> bool:
@@ -114,43 +158,158 @@ class DynamicKVCache(nn.Module):
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
 
-    def update(self, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if pos.dim() != 1 or slots is not None:
+            raise ValueError(
+                "a dynamic KV cache moves the whole batch in lockstep: pass one position per new token (a 1-D pos) "
+                "and no slots, or use a static cache (model.setup_cache('static', ...)) for per-sequence positions."
+            )
         if self.k is None or self.v is None:
             self.k, self.v = k, v
         else:
             self.k, self.v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
         return self.k, self.v
 
-    def key_positions(self, device: torch.device) -> torch.Tensor:
-        return torch.arange(0 if self.k is None else self.k.shape[2], device=device)
+    def mask(self, pos: torch.Tensor) -> torch.Tensor:
+        keys = torch.arange(0 if self.k is None else self.k.shape[2], device=pos.device)
+        return pos[:, None] >= keys[None, :]
 
     @property
     def empty(self) -> bool:
         return self.k is None
 
 
+class BlockTable:
+    """The block allocator of a paged KV cache (vLLM's PagedAttention): a pool of ``num_blocks`` blocks of
+    ``block_size`` positions, shared by every layer; each sequence owns a list of blocks, allocated when its
+    length reaches them and returned when it ends. A block may be shared by several sequences (a common prefix,
+    counted by reference); only full blocks are shared, as vLLM's automatic prefix caching does."""
+
+    def __init__(self, num_blocks: int, block_size: int = 16) -> None:
+        check_int("num_blocks", num_blocks, maximum=2**24, hint="pass how many blocks the pool holds")
+        check_int("block_size", block_size, maximum=4096, hint="pass the positions per block, e.g. 16")
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out block 0 first
+        self.refs = [0] * num_blocks
+        self.blocks: dict[object, list[int]] = {}
+        self.current: torch.Tensor | None = None  # (n, max blocks) table of the sequences in this forward
+
+    def reserve(self, seq: object, length: int) -> None:
+        """Give ``seq`` blocks for its first ``length`` positions (allocates only the missing ones)."""
+        owned = self.blocks.setdefault(seq, [])
+        need = -(-length // self.block_size) - len(owned)
+        if need > len(self.free):
+            raise MemoryError(
+                f"the paged KV cache is full: {need} more blocks wanted, {len(self.free)} free of "
+                f"{self.num_blocks}; free finished sequences (release) or make the pool larger."
+            )
+        for _ in range(need):
+            block = self.free.pop()
+            self.refs[block] = 1
+            owned.append(block)
+
+    def share(self, source: object, seq: object, length: int) -> int:
+        """Start ``seq`` with the full blocks of ``source``'s first ``length`` positions (no copy); returns how
+        many positions it now shares, which its prefill can skip."""
+        if seq in self.blocks:
+            raise ValueError(f"sequence {seq!r} already has blocks: share a prefix before reserving any.")
+        shared = self.blocks[source][: length // self.block_size]
+        for block in shared:
+            self.refs[block] += 1
+        self.blocks[seq] = list(shared)
+        return len(shared) * self.block_size
+
+    def release(self, seq: object) -> None:
+        """Return ``seq``'s blocks; a block shared with another sequence stays until its last user ends."""
+        for block in self.blocks.pop(seq, []):
+            self.refs[block] -= 1
+            if self.refs[block] == 0:
+                self.free.append(block)
+
+    def use(self, seqs: list, device: torch.device | str | None = None) -> None:
+        """Set the table the next forward reads: one row of block numbers per sequence of the batch, in order
+        (short rows padded with block 0, whose positions the mask hides)."""
+        rows = [self.blocks[s] for s in seqs]
+        width = max(len(r) for r in rows)
+        self.current = torch.tensor([r + [0] * (width - len(r)) for r in rows], device=device)
+
+    @property
+    def used(self) -> int:
+        """Blocks in use (a shared block counted once)."""
+        return self.num_blocks - len(self.free)
+
+
+class PagedKVCache(nn.Module):
+    """One layer's keys and values in fixed-size blocks of a shared pool, found through a :class:`BlockTable`:
+    memory grows with the tokens a sequence really has, not with the longest it might reach. Attention gathers
+    each sequence's blocks into a contiguous view (a real engine's kernel reads the blocks in place)."""
+
+    def __init__(
+        self,
+        table: BlockTable,
+        n_head: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.table = table
+        shape = (table.num_blocks, n_head, table.block_size, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def update(
+        self, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        table = self.table.current
+        if table is None or table.shape[0] != k.shape[0]:
+            raise ValueError("call table.use(seqs) with one sequence per row of the batch before the forward.")
+        pos = pos.expand(k.shape[0], -1)
+        size = self.table.block_size
+        block = table.gather(1, pos // size)  # (n, T): the block each new position lives in
+        self.k[block, :, pos % size] = k.transpose(1, 2)
+        self.v[block, :, pos % size] = v.transpose(1, 2)
+        n, width = table.shape
+        # (n, blocks, heads, block_size, head_dim) → (n, heads, blocks × block_size, head_dim)
+        gather = lambda pool: pool[table].transpose(1, 2).reshape(n, pool.shape[1], width * size, -1)  # noqa: E731
+        return gather(self.k), gather(self.v)
+
+    def mask(self, pos: torch.Tensor) -> torch.Tensor:
+        keys = torch.arange(self.table.current.shape[1] * self.table.block_size, device=pos.device)
+        pos = pos.expand(self.table.current.shape[0], -1)
+        return (pos[:, :, None] >= keys)[:, None]
+
+    @property
+    def empty(self) -> bool:
+        return False
+
+
 class Attention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.n_head, self.head_dim = config.n_head, config.head_dim
-        self.qkv = nn.Linear(config.dim, 3 * config.dim, bias=False)
+        self.n_head, self.n_kv, self.head_dim = config.n_head, config.kv_heads, config.head_dim
+        self.qkv = nn.Linear(config.dim, config.dim + 2 * self.n_kv * self.head_dim, bias=False)
         self.proj = nn.Linear(config.dim, config.dim, bias=False)
-        self.cache: StaticKVCache | DynamicKVCache | None = None
+        self.cache: StaticKVCache | DynamicKVCache | PagedKVCache | None = None
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None = None) -> torch.Tensor:
         b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.n_head, self.head_dim).transpose(1, 2) for z in (q, k, v))
+        kv = self.n_kv * self.head_dim
+        q, k, v = self.qkv(x).split([d, kv, kv], dim=2)
+        q = q.view(b, t, self.n_head, self.head_dim).transpose(1, 2)
+        k, v = (z.view(b, t, self.n_kv, self.head_dim).transpose(1, 2) for z in (k, v))
+        gqa = {"enable_gqa": True} if self.n_kv != self.n_head else {}  # a key/value head serves several queries
         if self.cache is None or self.cache.empty:
             # all keys are the T new tokens (no cache, or the first fill of a dynamic one): plain causal attention
             if self.cache is not None:
-                k, v = self.cache.update(pos, k, v)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)
+                k, v = self.cache.update(pos, k, v, slots)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, **gqa)
         else:
-            k, v = self.cache.update(pos, k, v)
+            k, v = self.cache.update(pos, k, v, slots)
             # query at position p sees every key at a position ≤ p (unwritten static slots are masked out)
-            mask = pos[:, None] >= self.cache.key_positions(x.device)[None, :]
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.cache.mask(pos), **gqa)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
@@ -170,8 +329,8 @@ class Block(nn.Module):
         self.norm1, self.attn = nn.LayerNorm(config.dim), Attention(config)
         self.norm2, self.mlp = nn.LayerNorm(config.dim), MLP(config)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), pos)
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), pos, slots)
         return x + self.mlp(self.norm2(x))
 
 
@@ -204,10 +363,12 @@ class GPT(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.norm.weight.dtype
 
-    def forward(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits for every position of ``tokens`` (n × T) at positions ``pos``: ``(T,)`` shared by every row, or
+        ``(n, T)`` one per row; with a static cache, ``slots`` (n,) names the cache rows the sequences use."""
         x = self.tok(tokens) + self.pos(pos)
         for block in self.blocks:
-            x = block(x, pos)
+            x = block(x, pos, slots)
         return self.head(self.norm(x))
 
     def setup_cache(self, kind: str, batch: int = 1, max_len: int | None = None) -> None:
@@ -227,15 +388,24 @@ class GPT(nn.Module):
             and isinstance(current, StaticKVCache)
             and current.k.dtype == self.dtype
             and current.k.device == self.device
-            and current.k.shape == (batch, cfg.n_head, max_len, cfg.head_dim)
+            and current.k.shape == (batch, cfg.kv_heads, max_len, cfg.head_dim)
         ):
             return
         for block in self.blocks:
             block.attn.cache = (
-                StaticKVCache(batch, cfg.n_head, max_len, cfg.head_dim, self.dtype, self.device)
+                StaticKVCache(batch, cfg.kv_heads, max_len, cfg.head_dim, self.dtype, self.device)
                 if kind == "static"
                 else DynamicKVCache()
             )
+
+    def setup_paged_cache(self, num_blocks: int, block_size: int = 16) -> BlockTable:
+        """Give every attention layer a :class:`PagedKVCache` over one shared :class:`BlockTable` (returned:
+        reserve blocks for a sequence and ``use`` the table before each forward)."""
+        table = BlockTable(num_blocks, block_size)
+        cfg = self.config
+        for block in self.blocks:
+            block.attn.cache = PagedKVCache(table, cfg.kv_heads, cfg.head_dim, self.dtype, self.device)
+        return table
 
     def clear_cache(self) -> None:
         for block in self.blocks:
@@ -400,12 +570,13 @@ def decode_weight_bytes(model: nn.Module) -> int:
 
 
 def kv_cache_bytes(config: GPTConfig, batch: int, length: int, bytes_per_element: int = 4) -> int:
-    """Bytes of a KV cache: keys and values (2) × layers × batch × length × dim."""
+    """Bytes of a KV cache: keys and values (2) × layers × batch × length × kv_heads × head_dim (= dim with
+    one key/value head per query head; grouped-query attention divides it by n_head / n_kv_heads)."""
     check_instance("config", config, GPTConfig, hint="pass the model's GPTConfig, e.g. model.config")
     check_int("batch", batch, maximum=2**20)
     check_int("length", length, maximum=2**30)
     check_int("bytes_per_element", bytes_per_element, maximum=16)
-    return 2 * config.n_layer * batch * length * config.dim * bytes_per_element
+    return 2 * config.n_layer * batch * length * config.kv_heads * config.head_dim * bytes_per_element
 
 
 def flops_per_token(config: GPTConfig, context: int) -> float:
@@ -415,3 +586,105 @@ def flops_per_token(config: GPTConfig, context: int) -> float:
     check_int("context", context, minimum=0, maximum=2**30, hint="pass how many positions the token attends to")
     matmul_weights = config.n_layer * 12 * config.dim**2 + config.dim * config.vocab_size
     return 2.0 * matmul_weights + 4.0 * config.n_layer * context * config.dim
+
+
+@torch.inference_mode()
+def speculative_generate(
+    target: GPT, draft: GPT, prompt: torch.Tensor, new_tokens: int, gamma: int = 4
+) -> tuple[torch.Tensor, dict[str, int]]:
+    """Greedy speculative decoding (Leviathan et al., 2023; Chen et al., 2023) of one prompt (1 × P): the draft
+    proposes ``gamma`` tokens one at a time, the target checks them all in one forward pass, the longest prefix
+    it agrees with is kept and the target's own next token is added (so every pass yields 1…gamma + 1 tokens).
+    The tokens are the target's greedy tokens, exactly as :func:`generate` returns them.
+
+    Returns ``(tokens, stats)``: tokens ``1 × new_tokens`` and counts ``target_passes`` (prefill excluded),
+    ``proposed``, ``accepted``, ``rejected`` (passes that stopped at a rejected proposal) and ``draft_steps``.
+    ``accepted / proposed`` is the draft's acceptance *rate* (what vLLM reports); the probability that a
+    proposal is accepted once the ones before it were, the α of the speed-up formula, is estimated by
+    ``accepted / (accepted + rejected)``."""
+    _check_tokens(target, prompt, new_tokens)
+    check_instance("draft", draft, GPT, hint="pass the smaller helpers.llm.GPT that shares the target's tokens")
+    check_int("gamma", gamma, maximum=64, hint="the draft proposes gamma tokens per target pass, e.g. 4")
+    if prompt.shape[0] != 1 or draft.config.vocab_size != target.config.vocab_size:
+        raise ValueError("speculative_generate decodes one prompt (1 × P) with a draft of the same vocabulary.")
+    total = prompt.shape[1] + new_tokens + gamma
+    if total > min(target.config.max_seq_len, draft.config.max_seq_len):
+        raise ValueError(f"prompt + new_tokens + gamma = {total} positions exceeds a model's max_seq_len.")
+    device = prompt.device
+    target.setup_cache("static", 1, total)
+    draft.setup_cache("static", 1, total)
+    seq = prompt[0].tolist()
+    out = [int(prefill(target, prompt).argmax(-1))]
+    draft_seen = 0  # positions of the draft's cache that hold the right tokens
+    stats = {"target_passes": 0, "proposed": 0, "accepted": 0, "rejected": 0, "draft_steps": 0}
+    while len(out) < new_tokens:
+        length, g = len(seq) + len(out), min(gamma, new_tokens - len(out))
+        # the draft catches up with the tokens it has not seen (1 or 2), then proposes g tokens
+        feed = (seq + out)[draft_seen:]
+        logits = draft(torch.tensor([feed], device=device), torch.arange(draft_seen, length, device=device))[:, -1]
+        proposal = [int(logits.argmax(-1))]
+        for i in range(g - 1):
+            pos = torch.tensor([length + i], device=device)
+            proposal.append(int(decode_step(draft, torch.tensor([[proposal[-1]]], device=device), pos).argmax(-1)))
+        stats["draft_steps"] += g
+        # the target scores its last token and the g proposals in one pass: g + 1 next-token choices
+        check = torch.tensor([[out[-1], *proposal]], device=device)
+        choice = target(check, torch.arange(length - 1, length + g, device=device))[0].argmax(-1).tolist()
+        k = 0
+        while k < g and proposal[k] == choice[k]:
+            k += 1
+        out += proposal[:k] + [choice[k]]
+        draft_seen = length + min(k, g - 1)
+        stats["target_passes"] += 1
+        stats["proposed"] += g
+        stats["accepted"] += k
+        stats["rejected"] += k < g
+    return torch.tensor([out[:new_tokens]], device=device), stats
+
+
+def device_sized_config(device: torch.device | str, mode: str) -> GPTConfig:
+    """Notebook 10's decoder, sized so decoding is memory-bound on the device as a real LLM's is: a small one in
+    quick mode; 12 layers of dim 768 (111 M parameters) on a CPU; 12 × 2048 (0.7 B) on a GPU with more than
+    24 GiB free (12 × 1024 below that)."""
+    check_choice("mode", mode, ("quick", "full"), hint="pass the notebook's MODE")
+    device = torch.device(device)
+    if mode == "quick":
+        return GPTConfig(vocab_size=1024, n_layer=2, n_head=4, dim=256, max_seq_len=512)
+    if device.type == "cuda":  # 2.7 GB of fp32 weights, plus bf16 and int8 copies: only where memory allows
+        big = torch.cuda.mem_get_info(device)[0] > 24 * 2**30
+        return GPTConfig(vocab_size=32000, n_layer=12, n_head=16, dim=2048 if big else 1024, max_seq_len=2048)
+    return GPTConfig(vocab_size=16384, n_layer=12, n_head=12, dim=768, max_seq_len=1024)
+
+
+def encode(text: str, device: torch.device | str | None = None) -> torch.Tensor:
+    """Text → the trained models' tokens: its UTF-8 bytes (ids 0…255), as a ``1 × n`` tensor."""
+    if not isinstance(text, str):
+        raise ValueError(f"encode takes a str, not {type(text).__name__}: pass the text of the prompt.")
+    return torch.tensor([list(text.encode("utf-8"))], dtype=torch.long, device=device)
+
+
+def decode(ids: torch.Tensor | Sequence[int]) -> str:
+    """Tokens (bytes) → text; a byte sequence that is not valid UTF-8 shows as U+FFFD."""
+    values = ids.flatten().tolist() if isinstance(ids, torch.Tensor) else list(ids)
+    return bytes(values).decode("utf-8", errors="replace")
+
+
+def lm_metrics(data_dir: str | Path | None = None) -> dict[str, Any]:
+    """What ``scripts/train_lms.py`` measured when it trained the shipped models (``data/lm.json``)."""
+    root = DATA_DIR if data_dir is None else Path(data_dir)
+    return json.loads(verify_shipped(root / "lm.json", root).read_text())
+
+
+def trained_lm(
+    name: str = "target", device: torch.device | str | None = None, data_dir: str | Path | None = None
+) -> GPT:
+    """One of the two small language models trained on the standard library's docstrings (bytes as tokens):
+    ``"target"`` or ``"draft"`` (smaller, same tokens: a draft for speculative decoding), in eval mode, fp32,
+    weights checked against their checksum and loaded with ``weights_only=True``."""
+    check_choice("name", name, LM_NAMES, hint="the course ships a target model and its draft")
+    root = DATA_DIR if data_dir is None else Path(data_dir)
+    config = GPTConfig(**lm_metrics(root)["models"][name]["config"])
+    model = GPT(config)
+    state = torch.load(verify_shipped(root / f"lm_{name}.pt", root), map_location="cpu", weights_only=True)
+    model.load_state_dict(state)  # bf16 on disk, copied into the fp32 parameters
+    return model.eval().to(device)

@@ -69,7 +69,11 @@ def make_photos() -> None:
 
 
 def write_checksums() -> None:
-    files = sorted(p for p in DATA.rglob("*") if p.is_file() and p.suffix in {".pt", ".jpg", ".json"})
+    files = sorted(
+        p
+        for p in DATA.rglob("*")
+        if p.is_file() and p.suffix in {".pt", ".jpg", ".json", ".txt"} and "reference" not in p.parts
+    )
     lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(DATA)}" for p in files]
     write_atomic(DATA / "checksums.sha256", "\n".join(lines) + "\n")
     print(f"checksums.sha256: {len(lines)} files")

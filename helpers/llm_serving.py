@@ -1,0 +1,288 @@
+"""Serving a language model to a stream of requests, in one process and in real time (notebook 13).
+
+- :func:`make_requests`: open-loop Poisson arrivals, each with a prompt (a window of the held-out corpus) and an
+  output length drawn from a distribution; arrival times are fixed before the run, so a slow engine cannot slow
+  the arrivals (no coordinated omission).
+- :func:`serve`: an engine loop over a static KV cache of ``slots`` rows, with two schedulers:
+  ``"static"`` (request-level batching: a batch is formed, prefilled, decoded until its longest request ends,
+  and only then is the next admitted) and ``"continuous"`` (iteration-level scheduling, Orca's: at every decode
+  step finished sequences leave and waiting ones take their slots). ``chunk`` splits prompts into pieces of at
+  most that many tokens, one piece per iteration (chunked prefill, as in Sarathi-Serve), so a long prompt does
+  not stall every running sequence for its whole prefill.
+- :class:`Trace` (per request: arrival, admission, the time of every token) and :class:`EngineRun` (the traces,
+  the per-iteration log and the metrics: TTFT, TPOT, inter-token latency, end-to-end, throughput, goodput).
+
+Decoding is greedy, so the tokens of every request can be checked against :func:`helpers.llm.generate`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .checks import check_choice, check_instance, check_int, check_number
+from .llm import GPT, decode_step
+from .serving import poisson_arrivals
+
+__all__ = ["Request", "Trace", "EngineRun", "make_requests", "serve", "percentile"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: when it arrives (seconds from the run's start), its prompt (token ids) and how many tokens
+    to generate."""
+
+    id: int
+    arrival: float
+    prompt: tuple[int, ...]
+    max_new: int
+
+
+@dataclass
+class Trace:
+    """What happened to one request: when it was admitted to a slot and when each of its tokens was ready."""
+
+    request: Request
+    admitted: float = math.nan
+    tokens: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+
+    @property
+    def ttft(self) -> float:
+        """Time to first token: queueing + prefill (+ the first token's step)."""
+        return self.times[0] - self.request.arrival
+
+    @property
+    def tpot(self) -> float:
+        """Time per output token after the first: (end-to-end − TTFT) / (tokens − 1)."""
+        return (self.times[-1] - self.times[0]) / (len(self.times) - 1) if len(self.times) > 1 else math.nan
+
+    @property
+    def e2e(self) -> float:
+        return self.times[-1] - self.request.arrival
+
+    @property
+    def itl(self) -> list[float]:
+        """Inter-token latencies: the gaps between consecutive tokens (a stall shows here, not in the mean)."""
+        return list(np.diff(self.times))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0–100) of the finite values, NaN when there are none."""
+    finite = [v for v in values if math.isfinite(v)]
+    return float(np.percentile(finite, q)) if finite else math.nan
+
+
+@dataclass
+class EngineRun:
+    """One run of :func:`serve`: the traces (in request order), the iteration log (``start``, ``seconds``,
+    ``decoding`` sequences, ``prefill_tokens``, ``live`` sequences and the ``lengths`` (positions) each holds in
+    the cache) and the settings."""
+
+    policy: str
+    slots: int
+    chunk: int | None
+    traces: list[Trace]
+    iterations: list[dict[str, float]]
+    seconds: float
+
+    def summary(self, ttft_target: float = 1.0, tpot_target: float = 0.05) -> dict[str, float]:
+        """p50/p99 of TTFT, TPOT, inter-token latency and end-to-end (seconds), output tokens/s over the run,
+        and goodput: requests per second that met both the TTFT and the TPOT target (DistServe's definition)."""
+        check_number("ttft_target", ttft_target, positive=True, hint="pass the TTFT target in seconds, e.g. 1.0")
+        check_number("tpot_target", tpot_target, positive=True, hint="pass the TPOT target in seconds, e.g. 0.05")
+        ttft = [t.ttft for t in self.traces]
+        tpot = [t.tpot for t in self.traces]
+        itl = [gap for t in self.traces for gap in t.itl]
+        e2e = [t.e2e for t in self.traces]
+        met = sum(a <= ttft_target and (math.isnan(b) or b <= tpot_target) for a, b in zip(ttft, tpot, strict=True))
+        row = {"policy": self.policy, "slots": self.slots, "chunk": self.chunk or 0, "requests": len(self.traces)}
+        for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e", e2e)):
+            row[f"{name}_p50"], row[f"{name}_p99"] = percentile(values, 50), percentile(values, 99)
+        row["tokens_per_s"] = sum(len(t.tokens) for t in self.traces) / self.seconds
+        row["goodput"] = met / self.seconds
+        row["met"] = met / len(self.traces)
+        row["mean_decoding"] = float(np.mean([it["decoding"] for it in self.iterations if it["decoding"]] or [0]))
+        return row
+
+
+def make_requests(
+    corpus: torch.Tensor,
+    rate: float,
+    duration: float,
+    prompt_len: tuple[int, int] = (16, 128),
+    new_len: tuple[int, int] = (8, 64),
+    seed: int = 0,
+) -> list[Request]:
+    """Poisson arrivals at ``rate`` requests/s over ``duration`` s; prompt and output lengths log-uniform in the
+    given ranges (many short, a few long, as in real traffic); each prompt a window of ``corpus`` (token ids)."""
+    check_instance("corpus", corpus, torch.Tensor, hint="pass token ids, e.g. helpers.data.load_corpus('test')")
+    for name, (lo, hi) in (("prompt_len", prompt_len), ("new_len", new_len)):
+        check_int(f"{name}[0]", lo, hint="lengths are positive token counts")
+        check_int(f"{name}[1]", hi, minimum=lo, hint="give (shortest, longest)")
+    if len(corpus) <= prompt_len[1]:
+        raise ValueError(f"the corpus has {len(corpus)} tokens: fewer than the longest prompt ({prompt_len[1]}).")
+    rng = np.random.default_rng(seed)
+
+    def draw(lo: int, hi: int) -> int:
+        return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+    requests = []
+    for i, arrival in enumerate(poisson_arrivals(rate, duration, seed)):
+        n = draw(*prompt_len)
+        start = int(rng.integers(0, len(corpus) - n))
+        prompt = tuple(int(x) for x in corpus[start : start + n].tolist())
+        requests.append(Request(i, float(arrival), prompt, draw(*new_len)))
+    return requests
+
+
+class _Slot:
+    def __init__(self, trace: Trace) -> None:
+        self.trace, self.filled = trace, 0  # prompt tokens already in the cache
+
+    @property
+    def prompt(self) -> tuple[int, ...]:
+        return self.trace.request.prompt
+
+    @property
+    def decoding(self) -> bool:
+        return self.filled == len(self.prompt)
+
+    @property
+    def done(self) -> bool:
+        return len(self.trace.tokens) >= self.trace.request.max_new
+
+
+def serve(
+    model: GPT,
+    requests: Sequence[Request],
+    policy: str = "continuous",
+    slots: int = 8,
+    chunk: int | None = None,
+    step: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    max_wait: float = 0.05,
+    clock: Callable[[], float] = time.perf_counter,
+) -> EngineRun:
+    """Serve ``requests`` as they arrive (real time) and return an :class:`EngineRun` (see the module docstring).
+
+    ``step(model, tokens, pos)`` is the decode step over every slot (tokens and positions ``slots × 1``; default
+    :func:`helpers.llm.decode_step`; a compiled one keeps one shape). ``max_wait``: how long the static scheduler
+    waits for a full batch after its first request arrived."""
+    check_instance("model", model, GPT, hint="pass a helpers.llm.GPT, e.g. helpers.llm.trained_lm('target')")
+    check_choice("policy", policy, ("continuous", "static"), hint="iteration-level or request-level batching")
+    check_int("slots", slots, maximum=4096, hint="pass how many sequences the cache holds at once, e.g. 8")
+    if chunk is not None:
+        check_int("chunk", chunk, hint="pass the most prompt tokens prefilled per iteration, or None")
+    check_number("max_wait", max_wait, minimum=0.0, hint="seconds the static scheduler waits to fill a batch")
+    if not requests:
+        raise ValueError("no requests to serve: make some with make_requests(corpus, rate, duration).")
+    longest = max(len(r.prompt) + r.max_new for r in requests)
+    if longest > model.config.max_seq_len:
+        raise ValueError(f"a request needs {longest} positions; the model holds {model.config.max_seq_len}.")
+    step = decode_step if step is None else step
+    with torch.inference_mode():
+        return _Engine(model, requests, policy, slots, chunk, step, max_wait, clock, longest).run()
+
+
+class _Engine:
+    def __init__(self, model, requests, policy, slots, chunk, step, max_wait, clock, longest) -> None:  # noqa: ANN001
+        self.model, self.policy, self.n, self.chunk, self.step = model, policy, slots, chunk, step
+        self.max_wait, self.clock = max_wait, clock
+        self.traces = [Trace(r) for r in requests]
+        self.arriving = deque(sorted(self.traces, key=lambda t: t.request.arrival))
+        self.queue: deque[Trace] = deque()
+        self.slots: list[_Slot | None] = [None] * slots
+        self.iterations: list[dict[str, float]] = []
+        device = model.device
+        model.setup_cache("static", slots, longest)
+        self.tokens = torch.zeros(slots, 1, dtype=torch.long, device=device)
+        self.pos = torch.zeros(slots, 1, dtype=torch.long, device=device)
+
+    def now(self) -> float:
+        return self.clock() - self.start
+
+    def run(self) -> EngineRun:
+        self.start = self.clock()
+        while self.arriving or self.queue or any(self.slots):
+            while self.arriving and self.arriving[0].request.arrival <= self.now():
+                self.queue.append(self.arriving.popleft())
+            if not any(self.slots) and not self.queue:
+                time.sleep(max(0.0, self.arriving[0].request.arrival - self.now()))  # idle until the next arrival
+                continue
+            if self.admit():
+                self.iterate()
+            else:
+                time.sleep(0.0005)  # the static scheduler waits for its batch to fill
+        return EngineRun(self.policy, self.n, self.chunk, self.traces, self.iterations, self.now())
+
+    def admit(self) -> bool:
+        """Move queued requests into free slots; say whether there is work for an iteration."""
+        if self.policy == "static" and any(self.slots):
+            return True  # a static batch runs to its end before anyone joins
+        if self.policy == "static" and self.queue:
+            full = len(self.queue) >= self.n or not self.arriving
+            if not full and self.now() - self.queue[0].request.arrival < self.max_wait:
+                return False
+        for s in range(self.n):
+            if self.slots[s] is None and self.queue:
+                trace = self.queue.popleft()
+                trace.admitted = self.now()
+                self.slots[s] = _Slot(trace)
+        return any(self.slots)
+
+    def iterate(self) -> None:
+        began, budget, prefilled = self.now(), self.chunk or math.inf, 0
+        for s, slot in enumerate(self.slots):  # prefill: whole prompts, or at most `chunk` tokens in all
+            if slot is None or slot.decoding or budget <= 0:
+                continue
+            piece = slot.prompt[slot.filled : slot.filled + int(min(budget, len(slot.prompt)))]
+            ids = torch.tensor([piece], device=self.tokens.device)
+            at = torch.arange(slot.filled, slot.filled + len(piece), device=ids.device)
+            logits = self.model(ids, at, slots=torch.tensor([s], device=ids.device))[:, -1]
+            slot.filled += len(piece)
+            budget, prefilled = budget - len(piece), prefilled + len(piece)
+            self.pos[s, 0] = slot.filled  # the next write: a decode step's garbage lands where the prompt goes
+            if slot.decoding:
+                self.emit(s, int(logits.argmax(-1)))
+        live = [s for s, slot in enumerate(self.slots) if slot is not None and slot.decoding and not slot.done]
+        if live:  # one decode step over every row (one shape); rows not live compute too, and are ignored
+            nxt = self.step(self.model, self.tokens, self.pos).argmax(-1)
+            chosen, t = nxt.tolist(), self.now()
+            self.tokens.copy_(nxt[:, None])
+            for s in live:
+                self.pos[s, 0] += 1
+                self.emit(s, chosen[s], t)
+        lengths = [slot.filled + len(slot.trace.tokens) for slot in self.slots if slot is not None]
+        self.iterations.append(
+            {
+                "start": began,
+                "seconds": self.now() - began,
+                "decoding": len(live),
+                "prefill_tokens": prefilled,
+                "lengths": lengths,
+                "live": sum(slot is not None for slot in self.slots),
+            }
+        )
+        self.retire()
+
+    def emit(self, s: int, token: int, t: float | None = None) -> None:
+        trace = self.slots[s].trace
+        trace.tokens.append(token)
+        trace.times.append(self.now() if t is None else t)
+        self.tokens[s, 0] = token
+
+    def retire(self) -> None:
+        """Continuous: a finished sequence leaves its slot now. Static: the batch leaves when its last ends."""
+        finished = [s for s, slot in enumerate(self.slots) if slot is not None and slot.done]
+        if self.policy == "continuous":
+            for s in finished:
+                self.slots[s], self.pos[s, 0] = None, 0
+        elif len(finished) == sum(slot is not None for slot in self.slots):
+            self.slots = [None] * self.n
+            self.pos.zero_()
