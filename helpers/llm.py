@@ -43,13 +43,16 @@ __all__ = [
     "generate_uncached",
     "speculative_generate",
     "decode_step",
+    "greedy_step",
     "prefill",
+    "prefill_bucketed",
     "kv_cache_bytes",
     "decode_weight_bytes",
     "flops_per_token",
     "linear_weight_bytes",
     "trained_lm",
     "device_sized_config",
+    "cuda_graph",
     "lm_metrics",
     "encode",
     "decode",
@@ -130,6 +133,10 @@ class StaticKVCache(nn.Module):
             self.k.index_copy_(2, pos, k)
             self.v.index_copy_(2, pos, v)
             return self.k, self.v
+        if slots is None and k.shape[0] != self.k.shape[0]:
+            raise ValueError(
+                f"{k.shape[0]} sequences for a cache of {self.k.shape[0]} rows: pass slots= (which rows they use)."
+            )
         rows = torch.arange(k.shape[0], device=k.device) if slots is None else slots
         where = (rows[:, None], slice(None), pos.expand(k.shape[0], -1))  # row r, every head, its own positions
         self.k[where] = k.transpose(1, 2)
@@ -191,8 +198,9 @@ class BlockTable:
         check_int("num_blocks", num_blocks, maximum=2**24, hint="pass how many blocks the pool holds")
         check_int("block_size", block_size, maximum=4096, hint="pass the positions per block, e.g. 16")
         self.num_blocks, self.block_size = num_blocks, block_size
-        self.free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out block 0 first
-        self.refs = [0] * num_blocks
+        # block 0 is never handed out: short rows of a table are padded with it (vLLM keeps such a null block)
+        self.free: list[int] = list(range(num_blocks, 0, -1))  # pop() hands out block 1 first
+        self.refs = [0] * (num_blocks + 1)
         self.blocks: dict[object, list[int]] = {}
         self.current: torch.Tensor | None = None  # (n, max blocks) table of the sequences in this forward
 
@@ -215,6 +223,8 @@ class BlockTable:
         many positions it now shares, which its prefill can skip."""
         if seq in self.blocks:
             raise ValueError(f"sequence {seq!r} already has blocks: share a prefix before reserving any.")
+        if source not in self.blocks:
+            raise ValueError(f"no sequence {source!r} holds blocks: reserve and prefill it first.")
         shared = self.blocks[source][: length // self.block_size]
         for block in shared:
             self.refs[block] += 1
@@ -231,13 +241,17 @@ class BlockTable:
     def use(self, seqs: list, device: torch.device | str | None = None) -> None:
         """Set the table the next forward reads: one row of block numbers per sequence of the batch, in order
         (short rows padded with block 0, whose positions the mask hides)."""
+        missing = [s for s in seqs if s not in self.blocks]
+        if missing or not seqs:
+            raise ValueError(f"no blocks for {missing or 'an empty batch'}: reserve(seq, length) before use([...]).")
         rows = [self.blocks[s] for s in seqs]
         width = max(len(r) for r in rows)
         self.current = torch.tensor([r + [0] * (width - len(r)) for r in rows], device=device)
+        self.capacity = torch.tensor([[len(r) * self.block_size] for r in rows], device=device)
 
     @property
     def used(self) -> int:
-        """Blocks in use (a shared block counted once)."""
+        """Blocks in use (a shared block counted once; the null block not counted)."""
         return self.num_blocks - len(self.free)
 
 
@@ -256,7 +270,7 @@ class PagedKVCache(nn.Module):
     ) -> None:
         super().__init__()
         self.table = table
-        shape = (table.num_blocks, n_head, table.block_size, head_dim)
+        shape = (table.num_blocks + 1, n_head, table.block_size, head_dim)  # + the null block 0
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
@@ -267,6 +281,8 @@ class PagedKVCache(nn.Module):
         if table is None or table.shape[0] != k.shape[0]:
             raise ValueError("call table.use(seqs) with one sequence per row of the batch before the forward.")
         pos = pos.expand(k.shape[0], -1)
+        if bool((pos >= self.table.capacity).any()):  # one check per forward: a teaching cache, not a fast one
+            raise ValueError("a position lies past the blocks reserved for its sequence: reserve(seq, length) first.")
         size = self.table.block_size
         block = table.gather(1, pos // size)  # (n, T): the block each new position lives in
         self.k[block, :, pos % size] = k.transpose(1, 2)
@@ -476,18 +492,58 @@ def decode_step(model: GPT, token: torch.Tensor, pos: torch.Tensor) -> torch.Ten
     return model(token, pos)[:, -1]
 
 
+def prefill_bucketed(
+    model: GPT,
+    prompt: torch.Tensor,
+    buckets: Sequence[int],
+    run: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Prefill ``prompt`` (batch × P) padded on the right up to the smallest of ``buckets`` that holds it, so a
+    prefill compiled for fixed shapes (``run``, e.g. ``torch.compile(model, dynamic=False)``) is compiled once per
+    bucket instead of once per prompt length; returns the logits of the last real position. Causal attention
+    never lets a real token see the padding, and the cache positions the padding writes are overwritten by the
+    decode steps before any query can see them. Needs a static cache of at least the bucket's length."""
+    check_instance("model", model, GPT, hint="pass a helpers.llm.GPT with a static cache")
+    _check_ids("prompt", prompt, model.config.vocab_size)
+    if not buckets or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in buckets):
+        raise ValueError(f"buckets must be positive whole prompt lengths, e.g. (32, 64, 128); got {buckets!r}.")
+    cache = model.blocks[0].attn.cache
+    n = prompt.shape[1]
+    fitting = [b for b in buckets if b >= n]
+    if not fitting:
+        raise ValueError(f"a {n}-token prompt fits none of the buckets {list(buckets)}: add a larger bucket.")
+    size = min(fitting)
+    if not isinstance(cache, StaticKVCache) or cache.k.shape[2] < size:
+        raise ValueError(
+            f"prefill_bucketed needs a static cache of at least {size} positions: model.setup_cache("
+            f"'static', batch, max_len) first (padding would stay in a dynamic cache)."
+        )
+    padded = F.pad(prompt, (0, size - n))
+    run = model if run is None else run
+    return run(padded, torch.arange(size, device=prompt.device))[:, n - 1]
+
+
+def greedy_step(model: GPT, token: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`decode_step` with the greedy choice made inside: ``(next token (batch × 1), logits)``. Compiled,
+    the argmax is part of the graph, as gpt-fast samples inside its compiled step: no separate kernel launch
+    and no read-back per token to choose it. :func:`generate` accepts it as ``step``."""
+    logits = model(token, pos)[:, -1]
+    return logits.argmax(-1, keepdim=True), logits
+
+
 @torch.inference_mode()
 def generate(
     model: GPT,
     prompt: torch.Tensor,
     new_tokens: int,
     cache: str = "static",
-    step: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    step: Callable[[GPT, torch.Tensor, torch.Tensor], Any] | None = None,
     max_len: int | None = None,
     force: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy decoding with a KV cache (``"static"`` or ``"dynamic"``): the prompt is prefilled once, then one
-    token per step. ``step`` replaces :func:`decode_step` (e.g. a compiled one). Returns ``(tokens, logits)``
+    token per step. ``step`` replaces :func:`decode_step` (e.g. a compiled one, or :func:`greedy_step`, which
+    returns the next token with the logits). Returns ``(tokens, logits)``
     like :func:`generate_uncached`. A static cache stays on the model for the next request of the same shape
     (``model.clear_cache()`` frees it); a dynamic one is removed.
 
@@ -525,7 +581,7 @@ def _decode(
     model: GPT,
     prompt: torch.Tensor,
     new_tokens: int,
-    step: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor],
+    step: Callable[[GPT, torch.Tensor, torch.Tensor], Any],
     force: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # Everything a step reads is on the device before the loop: creating a GPU tensor from a Python number
@@ -535,14 +591,19 @@ def _decode(
     pos = torch.tensor([prompt.shape[1]], device=prompt.device)
     forced = None if force is None else force.to(prompt.device).t().contiguous()
     out = prefill(model, prompt)
+    token = out.argmax(-1, keepdim=True)
     tokens, logits = [], []
     for i in range(new_tokens):
         logits.append(out.float())
-        token = out.argmax(-1, keepdim=True)
         tokens.append(token)
         if i + 1 < new_tokens:
             fed = token if forced is None else forced[i].unsqueeze(1).clone()
-            out = step(model, fed, pos).clone()  # clone: a CUDA-graph step reuses its output buffer
+            result = step(model, fed, pos)
+            if isinstance(result, tuple):  # a step that chose the next token itself (greedy_step)
+                token, out = (t.clone() for t in result)  # clone: a CUDA-graph step reuses its output buffers
+            else:
+                out = result.clone()
+                token = out.argmax(-1, keepdim=True)
             pos += 1
     return torch.cat(tokens, dim=1), torch.stack(logits, dim=1)
 
@@ -584,7 +645,9 @@ def flops_per_token(config: GPTConfig, context: int) -> float:
     the attention scores and the weighted sum (2 × 2 × context × dim per layer)."""
     check_instance("config", config, GPTConfig, hint="pass the model's GPTConfig, e.g. model.config")
     check_int("context", context, minimum=0, maximum=2**30, hint="pass how many positions the token attends to")
-    matmul_weights = config.n_layer * 12 * config.dim**2 + config.dim * config.vocab_size
+    kv = config.kv_heads * config.head_dim  # keys and values: dim each with one key/value head per query head
+    per_layer = config.dim * (config.dim + 2 * kv) + config.dim**2 + 8 * config.dim**2  # qkv, proj, MLP
+    matmul_weights = config.n_layer * per_layer + config.dim * config.vocab_size
     return 2.0 * matmul_weights + 4.0 * config.n_layer * context * config.dim
 
 
@@ -607,9 +670,9 @@ def speculative_generate(
     check_int("gamma", gamma, maximum=64, hint="the draft proposes gamma tokens per target pass, e.g. 4")
     if prompt.shape[0] != 1 or draft.config.vocab_size != target.config.vocab_size:
         raise ValueError("speculative_generate decodes one prompt (1 × P) with a draft of the same vocabulary.")
-    total = prompt.shape[1] + new_tokens + gamma
+    total = prompt.shape[1] + new_tokens  # a round never checks past the last token it may keep
     if total > min(target.config.max_seq_len, draft.config.max_seq_len):
-        raise ValueError(f"prompt + new_tokens + gamma = {total} positions exceeds a model's max_seq_len.")
+        raise ValueError(f"prompt + new_tokens = {total} positions exceeds a model's max_seq_len.")
     device = prompt.device
     target.setup_cache("static", 1, total)
     draft.setup_cache("static", 1, total)
@@ -643,9 +706,10 @@ def speculative_generate(
 
 
 def device_sized_config(device: torch.device | str, mode: str) -> GPTConfig:
-    """Notebook 10's decoder, sized so decoding is memory-bound on the device as a real LLM's is: a small one in
-    quick mode; 12 layers of dim 768 (111 M parameters) on a CPU; 12 × 2048 (0.7 B) on a GPU with more than
-    24 GiB free (12 × 1024 below that)."""
+    """Notebook 10's decoder, sized so decoding is memory-bound on the device as a real LLM's is (weights far
+    larger than the CPU's caches; on a GPU, enough bytes per step to outweigh the launches): a small one in quick
+    mode; 12 layers of dim 512 (55 M parameters, 0.2 GB in fp32) on a CPU; 12 × 2048 (0.7 B) on a GPU with more
+    than 24 GiB free (12 × 1024 below that)."""
     check_choice("mode", mode, ("quick", "full"), hint="pass the notebook's MODE")
     device = torch.device(device)
     if mode == "quick":
@@ -653,7 +717,7 @@ def device_sized_config(device: torch.device | str, mode: str) -> GPTConfig:
     if device.type == "cuda":  # 2.7 GB of fp32 weights, plus bf16 and int8 copies: only where memory allows
         big = torch.cuda.mem_get_info(device)[0] > 24 * 2**30
         return GPTConfig(vocab_size=32000, n_layer=12, n_head=16, dim=2048 if big else 1024, max_seq_len=2048)
-    return GPTConfig(vocab_size=16384, n_layer=12, n_head=12, dim=768, max_seq_len=1024)
+    return GPTConfig(vocab_size=16384, n_layer=12, n_head=8, dim=512, max_seq_len=1024)
 
 
 def encode(text: str, device: torch.device | str | None = None) -> torch.Tensor:
@@ -688,3 +752,32 @@ def trained_lm(
     state = torch.load(verify_shipped(root / f"lm_{name}.pt", root), map_location="cpu", weights_only=True)
     model.load_state_dict(state)  # bf16 on disk, copied into the fp32 parameters
     return model.eval().to(device)
+
+
+def cuda_graph(fn: Callable[..., torch.Tensor], *args: Any) -> Callable[[], torch.Tensor]:
+    """Record ``fn(*args)`` as one CUDA graph (after two warm-up calls on a side stream, as PyTorch's
+    documentation does) and return a function that replays it: every kernel of the call in one launch, with no
+    compiler. The replay reads ``args`` at the addresses they had when recorded (update them in place) and
+    returns the same output tensor each time, overwritten. For timing a step whose launches would hide the
+    GPU's work (eager decoding on a fast GPU)."""
+    check_callable("fn", fn, hint="pass the step to record, e.g. helpers.llm.decode_step")
+    tensors = [a for a in args if isinstance(a, torch.Tensor)] + [
+        p for a in args if isinstance(a, nn.Module) for p in a.parameters()
+    ]
+    if not tensors or any(t.device.type != "cuda" for t in tensors):
+        raise ValueError("cuda_graph records CUDA work: pass a model and tensors on a CUDA device.")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(*args)
+
+    def replay() -> torch.Tensor:
+        graph.replay()
+        return out
+
+    return replay

@@ -128,7 +128,7 @@ def make_requests(
         check_int(f"{name}[1]", hi, minimum=lo, hint="give (shortest, longest)")
     if len(corpus) <= prompt_len[1]:
         raise ValueError(f"the corpus has {len(corpus)} tokens: fewer than the longest prompt ({prompt_len[1]}).")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, 1])  # a stream of its own: lengths independent of the arrival times
 
     def draw(lo: int, hi: int) -> int:
         return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
@@ -167,13 +167,16 @@ def serve(
     chunk: int | None = None,
     step: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     max_wait: float = 0.05,
+    max_len: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> EngineRun:
     """Serve ``requests`` as they arrive (real time) and return an :class:`EngineRun` (see the module docstring).
 
     ``step(model, tokens, pos)`` is the decode step over every slot (tokens and positions ``slots × 1``; default
     :func:`helpers.llm.decode_step`; a compiled one keeps one shape). ``max_wait``: how long the static scheduler
-    waits for a full batch after its first request arrived."""
+    waits for a full batch after its first request arrived. ``max_len``: positions per slot (default the model's
+    ``max_seq_len``): one cache shape for every run, so a compiled step compiles once. One step runs before the
+    clock starts (warm-up)."""
     check_instance("model", model, GPT, hint="pass a helpers.llm.GPT, e.g. helpers.llm.trained_lm('target')")
     check_choice("policy", policy, ("continuous", "static"), hint="iteration-level or request-level batching")
     check_int("slots", slots, maximum=4096, hint="pass how many sequences the cache holds at once, e.g. 8")
@@ -182,16 +185,23 @@ def serve(
     check_number("max_wait", max_wait, minimum=0.0, hint="seconds the static scheduler waits to fill a batch")
     if not requests:
         raise ValueError("no requests to serve: make some with make_requests(corpus, rate, duration).")
+    max_len = model.config.max_seq_len if max_len is None else max_len
+    check_int("max_len", max_len, maximum=model.config.max_seq_len, hint="positions per slot, at most max_seq_len")
+    for r in requests:
+        check_instance("a request", r, Request, hint="make requests with make_requests(...) or Request(...)")
+        check_int(f"request {r.id}'s max_new", r.max_new, hint="every request asks for at least one token")
+        if not r.prompt or min(r.prompt) < 0 or max(r.prompt) >= model.config.vocab_size:
+            raise ValueError(f"request {r.id}: its prompt must be token ids in 0…{model.config.vocab_size - 1}.")
     longest = max(len(r.prompt) + r.max_new for r in requests)
-    if longest > model.config.max_seq_len:
-        raise ValueError(f"a request needs {longest} positions; the model holds {model.config.max_seq_len}.")
+    if longest > max_len:
+        raise ValueError(f"a request needs {longest} positions; a slot holds {max_len}: raise max_len or shorten it.")
     step = decode_step if step is None else step
     with torch.inference_mode():
-        return _Engine(model, requests, policy, slots, chunk, step, max_wait, clock, longest).run()
+        return _Engine(model, requests, policy, slots, chunk, step, max_wait, clock, max_len).run()
 
 
 class _Engine:
-    def __init__(self, model, requests, policy, slots, chunk, step, max_wait, clock, longest) -> None:  # noqa: ANN001
+    def __init__(self, model, requests, policy, slots, chunk, step, max_wait, clock, max_len) -> None:  # noqa: ANN001
         self.model, self.policy, self.n, self.chunk, self.step = model, policy, slots, chunk, step
         self.max_wait, self.clock = max_wait, clock
         self.traces = [Trace(r) for r in requests]
@@ -200,9 +210,10 @@ class _Engine:
         self.slots: list[_Slot | None] = [None] * slots
         self.iterations: list[dict[str, float]] = []
         device = model.device
-        model.setup_cache("static", slots, longest)
+        model.setup_cache("static", slots, max_len)
         self.tokens = torch.zeros(slots, 1, dtype=torch.long, device=device)
         self.pos = torch.zeros(slots, 1, dtype=torch.long, device=device)
+        step(model, self.tokens, self.pos)  # warm-up (a compiled step compiles here, not inside the timed run)
 
     def now(self) -> float:
         return self.clock() - self.start

@@ -31,7 +31,6 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-
 #: converts its notebooks to helpers.verdict and deletes their names here.
 PENDING = {
     "09_capstone",
-    "10_llm_decoding",
 }
 
 WORDS = re.compile(r"\b(faster|slower|regressions?|pays? back)\b", re.IGNORECASE)

@@ -235,3 +235,63 @@ def test_cuda_graph_step_matches_eager():
     assert not counters["inductor"]["cudagraph_skips"], "CUDA graphs were skipped"
     # recorded once, with only the token and the position copied in at each replay (weights and cache are static)
     assert counters["inductor"]["cudagraph_recorded_non_static_inputs"] == 2
+
+
+@pytest.mark.gpu(reason="CUDA graphs need a CUDA GPU")
+def test_a_recorded_eager_step_replays_the_same_logits_at_each_position():
+    gpu = llm.GPT(CFG).cuda().eval()
+    prompt = torch.randint(0, CFG.vocab_size, (2, 5), device="cuda")
+    tokens, logits = llm.generate(gpu, prompt, 6)
+    with torch.inference_mode():
+        gpu.setup_cache("static", 2, 11)
+        llm.prefill(gpu, prompt)
+        tok, pos = tokens[:, :1].clone(), torch.tensor([5], device="cuda")
+        replay = llm.cuda_graph(llm.decode_step, gpu, tok, pos)  # recording runs the step: rewrite position 5 after
+        for i in range(1, 6):
+            tok.copy_(tokens[:, i - 1 : i])
+            pos.fill_(4 + i)
+            torch.testing.assert_close(replay(), logits[:, i], rtol=1e-3, atol=1e-3)
+
+
+def test_cuda_graph_refuses_cpu_tensors():
+    with pytest.raises(ValueError, match="CUDA device"):
+        llm.cuda_graph(llm.decode_step, llm.GPT(CFG), torch.zeros(1, 1, dtype=torch.long), torch.tensor([0]))
+
+
+def test_a_step_that_chooses_the_token_itself_decodes_the_same(model, prompt):
+    tokens, logits = llm.generate(model, prompt, 7)
+    t, lg = llm.generate(model, prompt, 7, step=llm.greedy_step)
+    assert torch.equal(t, tokens)
+    torch.testing.assert_close(lg, logits)
+    compiled = torch.compile(llm.greedy_step, fullgraph=True, dynamic=False)
+    t, _ = llm.generate(model, prompt, 7, step=compiled)
+    assert torch.equal(t, tokens)
+    forced = torch.randint(0, CFG.vocab_size, (2, 7), generator=torch.Generator().manual_seed(3))
+    t_forced, _ = llm.generate(model, prompt, 7, step=llm.greedy_step, force=forced)
+    t_ref, _ = llm.generate(model, prompt, 7, force=forced)
+    assert torch.equal(t_forced, t_ref)
+
+
+def test_a_bucketed_prefill_gives_the_unpadded_logits_and_compiles_once_per_bucket(model):
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    run = torch.compile(model, fullgraph=True, dynamic=False)
+    for n in (3, 7, 12):  # buckets 8, 8, 16
+        ids = torch.randint(0, CFG.vocab_size, (1, n), generator=torch.Generator().manual_seed(n))
+        with torch.inference_mode():
+            model.setup_cache("static", 1, 16)
+            expected = llm.prefill(model, ids)
+            got = llm.prefill_bucketed(model, ids, (8, 16), run=run)
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+            # and decoding after the padded prefill chooses what decoding after the exact one does
+            token = got.argmax(-1, keepdim=True)
+            after = llm.decode_step(model, token, torch.tensor([n]))
+            model.setup_cache("static", 1, 16)
+            llm.prefill(model, ids)
+            torch.testing.assert_close(after, llm.decode_step(model, token, torch.tensor([n])), rtol=1e-4, atol=1e-4)
+    assert counters["stats"]["unique_graphs"] == 2
+    model.clear_cache()
+    with pytest.raises(ValueError, match="fits none of the buckets"):
+        llm.prefill_bucketed(model, torch.zeros(1, 20, dtype=torch.long), (8, 16))

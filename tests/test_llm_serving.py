@@ -90,6 +90,13 @@ def test_paged_attention_equals_contiguous_and_blocks_come_and_go():
     assert table.used == 4
     with pytest.raises(MemoryError, match="free finished sequences"):
         table.reserve(2, 4 * 5)
+    fresh = model.setup_paged_cache(num_blocks=4, block_size=4)
+    fresh.reserve("x", 4)
+    fresh.use(["x"])
+    with torch.inference_mode(), pytest.raises(ValueError, match="reserve"):
+        model(torch.tensor([[1]]), torch.tensor([[4]]))  # position 4 is past the one block reserved (0–3)
+    with pytest.raises(ValueError, match="reserve"):
+        fresh.use(["never reserved"])
 
 
 def test_a_shared_prefix_skips_its_prefill_and_gives_the_same_logits():
@@ -135,7 +142,9 @@ def test_speculative_decoding_refuses_bad_input():
     with pytest.raises(ValueError, match="one prompt"):
         llm.speculative_generate(target, target, torch.cat([p, p]), 4)
     with pytest.raises(ValueError, match="max_seq_len"):
-        llm.speculative_generate(target, target, p, 90, gamma=4)
+        llm.speculative_generate(target, target, p, 91, gamma=4)  # 6 + 91 > 96 positions
+    tokens, _ = llm.speculative_generate(target, target, p, 90, gamma=4)  # exactly to the last position
+    assert torch.equal(tokens, llm.generate(target, p, 90)[0])
 
 
 def requests_for(lengths, news, arrivals, seed=0):
@@ -148,7 +157,7 @@ def requests_for(lengths, news, arrivals, seed=0):
 @pytest.mark.parametrize(("policy", "chunk"), [("continuous", None), ("continuous", 4), ("static", None)])
 def test_every_scheduler_serves_the_tokens_each_request_gets_alone(policy, chunk):
     model = llm.GPT(GQA).eval()
-    reqs = requests_for((5, 17, 3, 9, 30), (6, 2, 9, 1, 4), (0.0, 0.0, 0.001, 0.002, 0.01))
+    reqs = requests_for((5, 17, 3, 9, 30), (6, 2, 9, 1, 4), (0.0,) * 5)  # all waiting: joins do not hang on timing
     run = llm_serving.serve(model, reqs, policy=policy, slots=2, chunk=chunk)
     for trace in run.traces:
         r = trace.request
@@ -229,3 +238,49 @@ def test_the_shipped_models_beat_uniform_and_their_draft_teaches_a_trade_off():
         nll = torch.nn.functional.cross_entropy(target(text[:, :-1], torch.arange(63))[0], text[0, 1:])
     assert nll / math.log(2) < 8.0  # better than a uniform guess over 256 bytes on held-out text
     assert llm.decode(llm.encode("def f():")) == "def f():"
+
+
+def test_the_engine_refuses_bad_requests_and_serves_to_the_last_position():
+    model = llm.GPT(MHA).eval()
+    (p,) = prompts((10,))
+    with pytest.raises(ValueError, match="at least one token"):
+        llm_serving.serve(model, [llm_serving.Request(0, 0.0, tuple(p[0].tolist()), 0)])
+    with pytest.raises(ValueError, match="token ids"):
+        llm_serving.serve(model, [llm_serving.Request(0, 0.0, (1, 64), 2)])
+    with pytest.raises(ValueError, match="raise max_len"):
+        llm_serving.serve(model, [llm_serving.Request(0, 0.0, tuple(p[0].tolist()), 9)], max_len=16)
+    full = llm_serving.Request(0, 0.0, tuple(p[0].tolist()), 96 - 10)  # prompt + answer = max_seq_len
+    run = llm_serving.serve(model, [full], slots=2)
+    assert run.traces[0].tokens == llm.generate(model, p, 86)[0][0].tolist()
+
+
+def test_the_held_out_split_is_whole_documents_never_trained_on():
+    from helpers.data import CORPUS_SEPARATOR
+
+    train, test, everything = load_corpus("train"), load_corpus("test"), load_corpus("all")
+    assert len(train) + len(test) == len(everything) and 0.03 < len(test) / len(everything) < 0.07
+    assert bytes(train[-len(CORPUS_SEPARATOR) :].tolist()).decode() == CORPUS_SEPARATOR  # cut after a separator
+    assert torch.equal(torch.cat([train, test]), everything)
+
+
+def test_gqa_flops_count_the_smaller_key_value_projections():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = llm.GPT(GQA).eval()
+    tokens = torch.zeros(1, 1, dtype=torch.long)
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        model(tokens, torch.tensor([0]))
+    assert counter.get_total_flops() == pytest.approx(llm.flops_per_token(GQA, 1), rel=0.02)
+    assert llm.flops_per_token(GQA, 1) < llm.flops_per_token(MHA, 1)
+
+
+def test_a_bucketed_prefill_needs_a_static_cache_long_enough():
+    model = llm.GPT(MHA).eval()
+    (p,) = prompts((10,))
+    with pytest.raises(ValueError, match="static cache of at least 16"):
+        llm.prefill_bucketed(model, p, (16,))
+    model.setup_cache("static", 1, 16)
+    with pytest.raises(ValueError, match="positive whole prompt lengths"):
+        llm.prefill_bucketed(model, p, (16.0,))
+    with pytest.raises(ValueError, match="fits none"):
+        llm.prefill_bucketed(model, p, (8,))
