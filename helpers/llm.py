@@ -280,8 +280,9 @@ class PagedKVCache(nn.Module):
         table = self.table.current
         if table is None or table.shape[0] != k.shape[0]:
             raise ValueError("call table.use(seqs) with one sequence per row of the batch before the forward.")
+        table = table.to(pos.device)  # the table is built on the host; the positions live with the model
         pos = pos.expand(k.shape[0], -1)
-        if bool((pos >= self.table.capacity).any()):  # one check per forward: a teaching cache, not a fast one
+        if bool((pos >= self.table.capacity.to(pos.device)).any()):  # one check per forward: a teaching cache
             raise ValueError("a position lies past the blocks reserved for its sequence: reserve(seq, length) first.")
         size = self.table.block_size
         block = table.gather(1, pos // size)  # (n, T): the block each new position lives in
