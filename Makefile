@@ -93,6 +93,7 @@ data: setup
 	$(BIN)/python scripts/make_data.py
 	$(BIN)/python scripts/train_digits.py
 	$(BIN)/python scripts/train_lms.py  # about 15 minutes on 2 cores; the corpus itself is not rebuilt (see data/README.md)
+	$(BIN)/python scripts/train_resnet.py  # about 13 minutes on 2 cores
 
 # Optional, by hand on a machine with an NVIDIA GPU (a large download): TensorRT 10 for ONNX Runtime's TensorRT
 # provider (requirements-trt.txt says why 10 and not 11), then what the provider needs that is still missing.

@@ -1,6 +1,7 @@
-"""The course's models: a small classifier trained on the shipped digits, and torchvision architectures
-built with ``weights=None`` (no download; random weights are fine for timing, and the digits classifier is
-the one used wherever accuracy matters)."""
+"""The course's models: a small classifier trained on the shipped digits, a ResNet-10 trained on the same digits
+upscaled (the capstone's real-size model, served at a size that fits the device), and torchvision architectures
+built with ``weights=None`` (no download; random weights are fine for timing, and the trained models are the
+ones used wherever accuracy matters)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ from .paths import DATA_DIR, verify_shipped
 
 DIGITS_CHECKPOINT = DATA_DIR / "digits_cnn.pt"
 DIGITS_METRICS = DATA_DIR / "digits_cnn.json"
+RESNET_CHECKPOINT = DATA_DIR / "digits_resnet.pt"
+RESNET_METRICS = DATA_DIR / "digits_resnet.json"
+#: The input size (pixels per side) the ResNet is served at: ~0.13 GFLOP per image at 16×16 keeps a 2-core CPU
+#: within a notebook's budget; a GPU needs ~1 GFLOP per image (48×48) before its work outweighs its launches.
+RESNET_SIZES = {"cpu": 16, "gpu": 48}
 
 
 class DigitsCNN(nn.Module):
@@ -56,6 +62,60 @@ class DigitsMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+
+class DigitsResNet(nn.Module):
+    """ResNet-10 for the grey digits: torchvision's ``ResNet`` with one ``BasicBlock`` per stage (64, 128, 256,
+    512 channels; every convolution followed by batch norm, a residual add and a ReLU), a CIFAR-style stem (one
+    3×3 convolution on the grey channel, no max-pool) and 10 classes: 4.9 M parameters. It is convolutional up to
+    a global average pool, so one set of weights serves any input size: ~0.13 GFLOP per image at 16×16, ~1.1 at
+    48×48 (trained at 16 to 48: :data:`RESNET_SIZES`)."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        from torchvision.models.resnet import BasicBlock, ResNet
+
+        self.net = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=num_classes)
+        self.net.conv1 = nn.Conv2d(1, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        self.net.maxpool = nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def resnet_size(device: DeviceLike = None) -> int:
+    """The input size the ResNet is served at on ``device``: :data:`RESNET_SIZES` ``["gpu"]`` on a CUDA GPU,
+    ``["cpu"]`` elsewhere (a CPU, or Apple's MPS, whose budget is a laptop's)."""
+    return RESNET_SIZES["gpu" if choose_device(device).type == "cuda" else "cpu"]
+
+
+def digits_resnet(device: DeviceLike = None, trained: bool = True, size: int | None = None) -> DigitsResNet:
+    """The digits ResNet in eval mode, float32, with the shipped trained weights (stored in bfloat16, loaded
+    ``weights_only=True`` after their checksum) and the batch-norm statistics measured at ``size`` (default:
+    :func:`resnet_size` of ``device``): the same weights for every size, each size its own running mean and
+    variance. ``data/digits_resnet.json`` has the accuracy they reach."""
+    check_instance("trained", trained, bool, hint="pass True for the shipped weights, False for random ones")
+    dev = choose_device(device)
+    size = resnet_size(dev) if size is None else size
+    torch.manual_seed(0)
+    model = DigitsResNet()
+    if trained:
+        verify_shipped(RESNET_CHECKPOINT, DATA_DIR)
+        saved = torch.load(RESNET_CHECKPOINT, map_location="cpu", weights_only=True)
+        if str(size) not in saved["batch_norm"]:
+            raise ValueError(
+                f"size={size!r}: batch norm was calibrated at {', '.join(sorted(saved['batch_norm'], key=int))} "
+                "pixels only; pass one of those (helpers.models.RESNET_SIZES)."
+            )
+        state = {k: v.float() if v.is_floating_point() else v for k, v in saved["weights"].items()}
+        model.load_state_dict(state | saved["batch_norm"][str(size)])
+    return model.eval().to(dev)
+
+
+def resnet_metrics() -> dict[str, Any]:
+    """What ``scripts/train_resnet.py`` measured when it made the shipped weights (accuracy at each served size,
+    FLOPs per image, training time, …)."""
+    return json.loads(verify_shipped(RESNET_METRICS, DATA_DIR).read_text())
 
 
 def train_classifier(

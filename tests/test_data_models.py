@@ -143,3 +143,100 @@ def test_a_shipped_photo_is_verified_and_a_missing_path_is_refused(tmp_path):
     with pytest.raises(FileNotFoundError, match="image file") as info:
         read_photo(tmp_path / "nope.jpg")
     assert one_line(info.value)
+
+
+def test_the_capstone_resnet_is_real_size_at_both_served_sizes():
+    """The issue's sizes: ≥ 50 MFLOP per image where a CPU serves it, ≥ ~1 GFLOP where a GPU does; one set of
+    weights, fully convolutional, so both sizes give 10 logits."""
+    from helpers.opcount import count_ops
+
+    model = models.digits_resnet("cpu", trained=False)
+    assert 4.5e6 < sum(p.numel() for p in model.parameters()) < 5.5e6
+    raw, _ = data.load_digits_raw("test")
+    for where, minimum in (("cpu", 50e6), ("gpu", 1.0e9)):
+        x = data.upscale_digits(raw[:2], models.RESNET_SIZES[where])
+        assert model(x).shape == (2, 10)
+        assert count_ops(model, x[:1]).flops >= minimum, where
+    assert models.resnet_size("cpu") == models.RESNET_SIZES["cpu"]
+
+
+def test_the_shipped_resnet_reaches_its_recorded_accuracy_at_the_cpu_size():
+    metrics = models.resnet_metrics()
+    model = models.digits_resnet("cpu")
+    assert not model.training and all(p.dtype == torch.float32 for p in model.parameters())
+    raw, labels = data.load_digits_raw("test")
+    size = models.RESNET_SIZES["cpu"]
+    acc = models.accuracy(model, data.upscale_digits(raw, size), labels)
+    assert acc >= 0.97
+    assert abs(acc - metrics["served"]["cpu"]["test_accuracy"]) <= 1.5 / len(labels)  # a digit of rounding
+    assert metrics["served"]["gpu"]["test_accuracy"] >= 0.97 and metrics["served"]["gpu"]["size"] == 48
+    untrained = models.digits_resnet("cpu", trained=False)
+    assert models.accuracy(untrained, data.upscale_digits(raw, size), labels) < 0.5
+    with pytest.raises(ValueError) as info:  # batch norm is calibrated at the served sizes only
+        models.digits_resnet("cpu", size=32)
+    assert one_line(info.value) and "16, 48" in str(info.value)
+
+
+def test_shifted_digits_move_each_digit_by_one_pixel():
+    raw, labels = data.load_digits_raw("test")
+    images, shifted_labels = data.shifted_digits("test")
+    assert images.shape == (9 * len(raw), 8, 8) and torch.equal(shifted_labels, labels.repeat(9))
+    assert torch.equal(images[: len(raw)], raw)  # the unshifted copy first
+    down = images[len(raw) * data.SHIFTS.index((1, 0)) :][: len(raw)]  # one row down: row 0 comes in as zeros
+    assert torch.equal(down[:, 1:], raw[:, :-1]) and int(down[:, 0].abs().sum()) == 0
+    with pytest.raises(ValueError) as info:
+        data.shifted_digits("test", shifts=10)
+    assert one_line(info.value)
+
+
+def test_upscaled_digits_are_the_models_input():
+    raw, _ = data.load_digits_raw("test")
+    x = data.upscale_digits(raw[:3], 16)
+    assert x.shape == (3, 1, 16, 16) and x.dtype == torch.float32
+    assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0
+    with pytest.raises(ValueError) as info:
+        data.upscale_digits(raw[:3], 4)
+    assert one_line(info.value)
+
+
+def test_digit_jpegs_are_built_once_and_decode_to_the_models_input(tmp_path, monkeypatch):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    monkeypatch.setenv("COURSE_OUTPUTS", str(tmp_path))
+    paths, labels = data.digits_jpegs(16)
+    raw, test_labels = data.load_digits_raw("test")
+    assert len(paths) == len(raw) and torch.equal(labels, test_labels)
+    decoded = np.array(Image.open(io.BytesIO(paths[5].read_bytes())))  # a writable copy
+    assert decoded.shape == (16, 16) and decoded.dtype == np.uint8
+    exact = data.upscale_digits(raw[5:6], 16)[0, 0] * 255
+    assert float((torch.from_numpy(decoded).float() - exact).abs().mean()) < 8  # JPEG's loss, small at q90
+    stamp = paths[0].stat().st_mtime_ns
+    assert data.digits_jpegs(16)[0] == paths and paths[0].stat().st_mtime_ns == stamp  # reused, not rebuilt
+    paths[3].unlink()  # an incomplete folder is rebuilt whole
+    again, _ = data.digits_jpegs(16)
+    assert again[3].is_file() and len(list(again[0].parent.iterdir())) == len(raw)
+    assert not [p for p in again[0].parent.parent.iterdir() if p.name.startswith(again[0].parent.name + ".")]
+
+
+def test_the_resnet_training_script_runs_and_writes_what_it_measured(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, str(DATA_DIR.parent / "scripts" / "train_resnet.py"), "--toy", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    metrics = json.loads((tmp_path / "digits_resnet.json").read_text())
+    assert set(metrics["served"]) == {"cpu", "gpu"} and metrics["epochs"] == 1
+    saved = torch.load(tmp_path / "digits_resnet.pt", weights_only=True)
+    assert all(v.dtype == torch.bfloat16 for v in saved["weights"].values() if v.is_floating_point())
+    assert set(saved["batch_norm"]) == {str(s) for s in models.RESNET_SIZES.values()}  # one set per served size
+    weights = {k: v.float() if v.is_floating_point() else v for k, v in saved["weights"].items()}
+    models.DigitsResNet().load_state_dict(weights | saved["batch_norm"]["16"])
