@@ -21,7 +21,8 @@ DIGITS_METRICS = DATA_DIR / "digits_cnn.json"
 RESNET_CHECKPOINT = DATA_DIR / "digits_resnet.pt"
 RESNET_METRICS = DATA_DIR / "digits_resnet.json"
 #: The input size (pixels per side) the ResNet is served at: ~0.13 GFLOP per image at 16×16 keeps a 2-core CPU
-#: within a notebook's budget; a GPU needs ~1 GFLOP per image (48×48) before its work outweighs its launches.
+#: within a notebook's budget; ~1.1 GFLOP per image at 48×48 gives a GPU a batch of real arithmetic (the capstone
+#: review's arithmetic: the 0.68 MFLOP digits CNN left an H200 waiting on kernel launches).
 RESNET_SIZES = {"cpu": 16, "gpu": 48}
 
 
@@ -66,10 +67,10 @@ class DigitsMLP(nn.Module):
 
 class DigitsResNet(nn.Module):
     """ResNet-10 for the grey digits: torchvision's ``ResNet`` with one ``BasicBlock`` per stage (64, 128, 256,
-    512 channels; every convolution followed by batch norm, a residual add and a ReLU), a CIFAR-style stem (one
-    3×3 convolution on the grey channel, no max-pool) and 10 classes: 4.9 M parameters. It is convolutional up to
-    a global average pool, so one set of weights serves any input size: ~0.13 GFLOP per image at 16×16, ~1.1 at
-    48×48 (trained at 16 to 48: :data:`RESNET_SIZES`)."""
+    512 channels; each convolution followed by batch norm, each block ending in a residual add and a ReLU), a
+    CIFAR-style stem (one 3×3 convolution on the grey channel, no max-pool) and 10 classes: 4.9 M parameters.
+    It is convolutional up to a global average pool, so one set of weights serves any input size: ~0.13 GFLOP per
+    image at 16×16, ~1.1 at 48×48 (trained at 16 to 48: :data:`RESNET_SIZES`)."""
 
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
