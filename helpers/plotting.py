@@ -200,11 +200,14 @@ def waterfall(
     higher_is_better: bool = True,
     title: str = "",
     measurements: Sequence[Measurement] | None = None,
+    verdicts: Sequence[Any] | None = None,
 ) -> Any:
     """Cumulative waterfall: each step's bar shows its value, regressions kept visible (a regression is a
     result too). With ``measurements`` (one timing per step), each bar is coloured by
     :func:`helpers.verdict.verdict` against the step before: green faster, red slower, grey within noise or
-    too few samples; without them, by the direction of the value alone (and the title says so)."""
+    too few samples; without them, by the direction of the value alone (and the title says so).
+    ``verdicts`` (one :class:`helpers.verdict.Verdict` per bar after the first) colours the bars by verdicts
+    already taken instead, e.g. paired ones from interleaved timing, or each against the step it builds on."""
     if isinstance(steps, (str, bytes)) or not isinstance(steps, (list, tuple)) or not steps:
         raise TypeError(f"steps must be a non-empty list of step names, got {steps!r}.")
     check_numbers("values", values, minimum=0, hint="pass one measured value per step")
@@ -212,9 +215,20 @@ def waterfall(
         raise ValueError("waterfall() needs one value per step, and at least one step.")
     if measurements is not None and len(measurements) != len(steps):
         raise ValueError(f"waterfall() got {len(measurements)} measurements for {len(steps)} steps; pass one per step.")
+    if verdicts is not None:
+        if measurements is not None:
+            raise ValueError("waterfall() takes measurements or verdicts, not both: pass the verdicts you took.")
+        if len(verdicts) != len(steps) - 1 or not all(hasattr(v, "outcome") for v in verdicts):
+            raise ValueError(
+                f"waterfall() needs one Verdict per bar after the first ({len(steps) - 1}), got {len(verdicts)}: "
+                "pass helpers.verdict(step, the step it is compared with) for each."
+            )
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(steps)), 4.0))
     colors = [NEUTRAL]
-    if measurements is not None:
+    if verdicts is not None:
+        for v in verdicts:
+            colors.append(GOOD if v.outcome == "faster" else BAD if v.outcome == "slower" else "#adb5bd")
+    elif measurements is not None:
         from .verdict import verdict
 
         for prev, cur in itertools.pairwise(measurements):
@@ -236,6 +250,8 @@ def waterfall(
     legend = (
         "green faster, red slower, grey within noise of the step before"
         if measurements is not None
+        else "green faster, red slower, grey within noise, by each step's verdict"
+        if verdicts is not None
         else "red: worse than the step before, noise not judged"
     )
     ax.set_title(title or f"{metric}, step by step ({legend})")

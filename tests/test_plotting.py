@@ -4,6 +4,7 @@ from test_roofline import synthetic
 
 from helpers import plotting
 from helpers.timing import Measurement
+from helpers.verdict import verdict
 
 
 def _m(label, t, noisy=False):
@@ -74,6 +75,22 @@ def test_waterfall_marks_regressions():
     colors = [p.get_facecolor()[:3] for p in fig.axes[0].patches]
     to_rgb = plt.matplotlib.colors.to_rgb
     assert colors == [pytest.approx(to_rgb(c)) for c in (plotting.NEUTRAL, plotting.GOOD, plotting.BAD)]
+
+
+def test_waterfall_colours_bars_by_the_verdicts_given():
+    slow = Measurement(samples=tuple(2.0 + 0.01 * i for i in range(10)), label="slow")
+    fast = Measurement(samples=tuple(1.0 + 0.01 * i for i in range(10)), label="fast")
+    same = Measurement(samples=tuple(reversed(slow.samples)), label="same")
+    verdicts = [verdict(fast, slow), verdict(same, slow)]  # the third bar judged against the first, not the second
+    fig = plotting.waterfall(["slow", "fast", "same"], [1.0, 2.0, 1.0], verdicts=verdicts)
+    colors = [p.get_facecolor()[:3] for p in fig.axes[0].patches]
+    to_rgb = plt.matplotlib.colors.to_rgb
+    assert [v.outcome for v in verdicts] == ["faster", "within noise"]
+    assert colors == [pytest.approx(to_rgb(c)) for c in (plotting.NEUTRAL, plotting.GOOD, "#adb5bd")]
+    with pytest.raises(ValueError, match="one Verdict per bar"):
+        plotting.waterfall(["a", "b"], [1.0, 2.0], verdicts=[])
+    with pytest.raises(ValueError, match="not both"):
+        plotting.waterfall(["a", "b"], [1.0, 2.0], measurements=[slow, fast], verdicts=verdicts[:1])
 
 
 def test_lines_one_curve_per_series_and_a_roof():
