@@ -127,6 +127,12 @@ def test_session_bad_options(cnn_path):
         onnxrt.session(cnn_path[1], provider="NoSuchExecutionProvider")
 
 
+def test_sessions_do_not_spin_unless_asked(cnn_path):
+    key = "session.intra_op.allow_spinning"  # spinning ORT threads hold the cores PyTorch needs in this process
+    assert onnxrt.session(cnn_path[1]).get_session_options().get_session_config_entry(key) == "0"
+    assert onnxrt.session(cnn_path[1], spinning=True).get_session_options().get_session_config_entry(key) == "1"
+
+
 def test_optimized_graph_is_saved_and_smaller(cnn_path, tmp_path):
     out = tmp_path / "opt.onnx"
     onnxrt.session(cnn_path[1], level="extended", optimized_path=out)
