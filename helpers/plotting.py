@@ -246,6 +246,7 @@ def waterfall(
         ratio = value / base if base else float("nan")
         ax.annotate(f"{value:.3g}\n×{ratio:.2f}", (i, value), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, steps, rotation=30, ha="right")
+    ax.set_ylim(top=max(values) * 1.2 if max(values) > 0 else 1.0)  # room for the labels under the title
     ax.set_ylabel(metric)
     legend = (
         "green faster, red slower, grey within noise of the step before"

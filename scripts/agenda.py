@@ -46,7 +46,7 @@ GPU_PARTS = {
     "06_async_pipelines": "yes for streams, pinned copies and the async trap; the pipeline lesson runs on a CPU",
     "07_memory": "partly: allocator statistics, empty_cache, snapshots",
     "08_profiling": "partly: device timelines, NVTX and Nsight",
-    "09_capstone": "partly: CUDA graphs, GPU energy (NVML); the steps reorder on a GPU",
+    "09_capstone": "partly: CUDA graphs, TensorRT, GPU energy (NVML), the 48×48 model",
     "10_llm_decoding": "partly: CUDA graphs (reduce-overhead), the flash/efficient/cuDNN attention kernels",
     "11_shipping": "no (on a GPU the package and the caches hold Triton kernels instead of C++)",
     "12_serving": "no; on a GPU one replica per GPU (not run on the reference GPU machine: no serving engine there)",

@@ -29,9 +29,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-
 
 #: Notebooks whose cells still decide comparisons themselves (issue: measurement core v2). Each notebook issue
 #: converts its notebooks to helpers.verdict and deletes their names here.
-PENDING = {
-    "09_capstone",
-}
+PENDING: set[str] = set()
 
 WORDS = re.compile(r"\b(faster|slower|regressions?|pays? back)\b", re.IGNORECASE)
 RATIO_NAME = re.compile(
