@@ -7,6 +7,8 @@
 Run times come from ``data/reference/<machine>.env.json`` (``notebooks.<name>.full_seconds`` and
 ``quick_seconds``, measured by ``scripts/runtimes.py`` or ``scripts/full_run.py``): the course's CI Xeon, the
 AVX2-only AMD EPYC (the slow case: no AVX-512, AMX or bf16/fp16 units, like most x86 laptops) and the H200.
+A figure measured on another host that reports the same machine id (a cloud's "AMD EPYC" is several CPUs) carries
+a ``host`` line beside it in the .env.json; the table marks it and prints that line under it.
 A notebook's slot is derived from the notebook itself: the time to read its markdown (READ_WORDS_PER_MIN),
 to run and read each code cell (MIN_PER_CODE_CELL), to do each exercise (MIN_PER_EXERCISE), plus its measured
 run time, rounded up to 5 minutes. (Reviewers who worked through the course estimated 45–120 min per notebook
@@ -82,16 +84,27 @@ def runtime_table() -> str:
         "| GPU needed for the full lesson? |",
         "|---|---|---|---|---|---|---|",
     ]
+    hosts: list[str] = []  # a column's figure measured on another host under the same machine id says so
+
+    def mark(entry: dict) -> str:
+        if not entry.get("host"):
+            return ""
+        if entry["host"] not in hosts:
+            hosts.append(entry["host"])
+        return "¹²³⁴⁵⁶⁷⁸⁹"[hosts.index(entry["host"])]
+
     for name in notebooks():
-        quick = minutes(cpu.get(name, {}).get("quick_seconds"))
-        full = minutes(cpu.get(name, {}).get("full_seconds"))
+        fast = cpu.get(name, {})
+        quick = minutes(fast.get("quick_seconds")) + mark(fast)
+        full = minutes(fast.get("full_seconds"))
         slow = plain.get(name, {})
-        weak = f"{minutes(slow.get('quick_seconds'))} / {minutes(slow.get('full_seconds'))}"
+        weak = f"{minutes(slow.get('quick_seconds'))} / {minutes(slow.get('full_seconds'))}{mark(slow)}"
         on_gpu = minutes(gpu.get(name, {}).get("seconds"))
         lines.append(
             f"| {name[:2]} | {name[3:].replace('_', ' ')} | {quick} | {full} | {weak} | {on_gpu} "
             f"| {GPU_PARTS.get(name, '–')} |"
         )
+    lines += ["", *(f"{'¹²³⁴⁵⁶⁷⁸⁹'[i]} {host}" for i, host in enumerate(hosts))] if hosts else []
     return "\n".join(lines)
 
 

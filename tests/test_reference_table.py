@@ -72,3 +72,20 @@ def test_the_table_reads_results_with_the_tolerant_loader(tmp_path):
         warnings.simplefilter("always")
         assert load(path) == [{"notebook": "00"}]
     assert any("incomplete" in str(w.message) for w in caught)
+
+
+def test_a_run_time_from_another_host_is_marked_with_its_line(monkeypatch):
+    sys.path.insert(0, str(REPO / "scripts"))
+    import agenda
+
+    host = "measured on a host that reports the same machine id"
+    tables = {
+        agenda.CPU: {},
+        agenda.GPU: {},
+        agenda.CPU_NO_AVX512: {"09_capstone": {"quick_seconds": 36.0, "full_seconds": 100.0, "host": host}},
+    }
+    monkeypatch.setattr(agenda, "runtimes", lambda machine: tables[machine])
+    table = agenda.runtime_table()
+    row = next(line for line in table.splitlines() if line.startswith("| 09 "))
+    assert "36 s / 2 min¹" in row
+    assert table.splitlines()[-1] == f"¹ {host}"
