@@ -97,13 +97,15 @@ def _matmul_precision(dtype_name: str) -> Iterator[None]:
     Caveat: the new setter does not update the legacy global. While "tf32" is set, reading the legacy API
     (``torch.get_float32_matmul_precision()``, ``allow_tf32``) raises a "mix of the legacy and new APIs" error,
     which is why this is a short-lived context manager that restores the previous value."""
-    matmul = torch.backends.cuda.matmul
-    before = matmul.fp32_precision
-    matmul.fp32_precision = "tf32" if dtype_name == "tf32" else "ieee"
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    before = matmul.fp32_precision, conv.fp32_precision
+    # the convolution case too: cuDNN's default for fp32 convolutions is TF32, which would make the fp32 roof
+    # a TF32 one on a GPU
+    matmul.fp32_precision = conv.fp32_precision = "tf32" if dtype_name == "tf32" else "ieee"
     try:
         yield
     finally:
-        matmul.fp32_precision = before
+        matmul.fp32_precision, conv.fp32_precision = before
 
 
 #: The two layouts a float matmul is timed in: ``x @ w.T`` (what an nn.Linear runs, ``F.linear``) and row-major
