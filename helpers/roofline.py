@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from .checks import check_choice, check_int, check_number
-from .device import DeviceLike, choose_device, last_level_cache_bytes, machine_id
+from .device import DeviceLike, choose_device, cpu_features, last_level_cache_bytes, machine_id
 from .modes import course_mode, pick
 from .paths import outputs_dir, write_atomic
 from .timing import MIN_SAMPLES, Measurement, benchmark, fit_to_budget
@@ -400,6 +400,7 @@ class Roofline:
     mode: str = "full"
     torch: str = ""
     threads: int = 0
+    cpu_features: dict[str, Any] = field(default_factory=dict)
     measured_at: str = ""
     remeasures: int = 0
     origin: str = "measured"
@@ -518,6 +519,7 @@ class Roofline:
             ("spread", dict),
             ("sizes", dict),
             ("sources", dict),
+            ("cpu_features", dict),
             ("noisy", list),
             ("remeasures", int),
             ("threads", int),
@@ -648,6 +650,7 @@ def _measure(dev: torch.device, dtypes: list[str], parts: set[str]) -> Roofline:
         mode=course_mode(),
         torch=torch.__version__,
         threads=torch.get_num_threads(),
+        cpu_features=cpu_features() if dev.type == "cpu" else {},
         measured_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     )
     for name in dtypes:
@@ -727,13 +730,15 @@ def load_roofline(device: DeviceLike = None) -> Roofline | None:
 
 
 def _compatible(rf: Roofline, dev: torch.device, mode: str) -> bool:
-    """Measured here with the same torch and threads, and with sizes at least as large as this mode's."""
+    """Measured here with the same torch and threads, and with sizes at least as large as this mode's; on a CPU,
+    on one with the same features (a cloud's "AMD EPYC" machine id covers CPUs with and without AVX-512 BF16)."""
     return (
         rf.machine_id == machine_id(dev)
         and torch.device(rf.device).type == dev.type
         and rf.torch == torch.__version__
         and rf.threads == torch.get_num_threads()
         and (rf.mode == "full" or mode == "quick")
+        and (dev.type != "cpu" or rf.cpu_features == cpu_features())
     )
 
 

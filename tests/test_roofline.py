@@ -5,6 +5,7 @@ import torch
 from conftest import one_line
 
 from helpers import roofline as rl
+from helpers.device import cpu_features
 
 
 def synthetic() -> rl.Roofline:
@@ -132,6 +133,7 @@ def test_the_compute_roof_is_the_best_of_its_sizes_and_the_conv(monkeypatch):
 def test_roof_is_stored_and_reused_not_remeasured(monkeypatch, capsys):
     stored = synthetic()
     stored.mode, stored.torch, stored.threads = "quick", torch.__version__, torch.get_num_threads()
+    stored.cpu_features = cpu_features()
     stored.device, stored.machine_id = "cpu", rl.machine_id("cpu")
     stored.peak_flops["int8"] = 50e9
     rl.save_roofline(stored)
@@ -151,6 +153,7 @@ def test_roof_is_stored_and_reused_not_remeasured(monkeypatch, capsys):
 def test_a_noisy_or_foreign_roof_is_measured_again_and_keeps_the_better_value(monkeypatch, capsys):
     stored = synthetic()
     stored.mode, stored.torch, stored.threads = "quick", torch.__version__, torch.get_num_threads()
+    stored.cpu_features = cpu_features()
     stored.device, stored.machine_id = "cpu", rl.machine_id("cpu")
     stored.peak_flops = {"fp32": 1e15, "bf16": 1.0, "int8": 1.0}  # an fp32 roof no CPU reaches: it must be kept
     stored.noisy = ["bandwidth"]
@@ -167,6 +170,19 @@ def test_a_noisy_or_foreign_roof_is_measured_again_and_keeps_the_better_value(mo
     stored.torch = "0.0.0"  # another torch: not reused, and not merged either
     rl.save_roofline(stored)
     assert rl.get_roofline("cpu").peak_flops["fp32"] < 1e15
+
+
+def test_a_roof_from_a_cpu_with_other_features_is_not_reused(monkeypatch):
+    stored = synthetic()
+    stored.mode, stored.torch, stored.threads = "quick", torch.__version__, torch.get_num_threads()
+    stored.device, stored.machine_id = "cpu", rl.machine_id("cpu")
+    stored.cpu_features = {**cpu_features(), "avx512_bf16": not cpu_features()["avx512_bf16"]}  # the same id
+    rl.save_roofline(stored)
+    assert rl.load_roofline("cpu").cpu_features == stored.cpu_features  # stored and read back
+    measured = []
+    monkeypatch.setattr(rl, "measure_roofline", lambda *a, **k: measured.append(1) or synthetic())
+    rl.get_roofline("cpu")
+    assert measured == [1], "a roof measured on a CPU with other features must be measured again"
 
 
 @pytest.mark.parametrize(
@@ -190,6 +206,7 @@ def test_a_corrupt_stored_roof_is_ignored(text):
 def test_a_roof_that_stays_noisy_is_remeasured_at_most_max_remeasures_times(monkeypatch, capsys):
     stored = synthetic()
     stored.mode, stored.torch, stored.threads = "quick", torch.__version__, torch.get_num_threads()
+    stored.cpu_features = cpu_features()
     stored.device, stored.machine_id = "cpu", rl.machine_id("cpu")
     stored.peak_flops["int8"] = 50e9
     stored.noisy = ["dispatch"]
@@ -201,7 +218,7 @@ def test_a_roof_that_stays_noisy_is_remeasured_at_most_max_remeasures_times(monk
         again = synthetic()
         again.peak_flops, again.bandwidth, again.noisy = {}, float("nan"), ["dispatch"]
         again.machine_id, again.mode = stored.machine_id, "quick"
-        again.torch, again.threads = stored.torch, stored.threads
+        again.torch, again.threads, again.cpu_features = stored.torch, stored.threads, stored.cpu_features
         return again
 
     monkeypatch.setattr(rl, "_measure", still_noisy)
