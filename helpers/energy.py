@@ -115,16 +115,21 @@ def samples(
     *,
     window: float = 0.5,
     windows: int = 5,
+    seconds: dict[str, list[float]] | None = None,
 ) -> dict[str, list[float]] | str:
     """Joules per call of each of ``fns`` (name → a no-argument call), in ``windows`` interleaved windows of
     about ``window`` seconds each, on ``device``'s counter: ``{name: [J/call per window]}``, or the reason no
-    counter is readable here. Warm each call up before (the first call of a compiled function is compilation)."""
+    counter is readable here. Warm each call up before (the first call of a compiled function is compilation).
+    ``seconds``: a dict to fill with each window's seconds per call, so that the average power (J/call ÷ s/call)
+    comes from the same windows as the energy."""
     if not isinstance(fns, Mapping) or not fns:
         raise ValueError(f"fns={fns!r} is not allowed: fns must be a dict of name → a call with no arguments.")
     for name, fn in fns.items():
         check_callable(f"fns[{name!r}]", fn)
     check_number("window", window, minimum=MIN_WINDOW, hint=f"NVML's counter needs ≥ {MIN_WINDOW} s windows.")
     check_int("windows", windows, 1, hint="pass 5 or more to give the verdict enough samples.")
+    if seconds is not None and not isinstance(seconds, dict):
+        raise ValueError(f"seconds={seconds!r} is not allowed: pass an empty dict to be filled, or nothing.")
     dev = choose_device(device if device is not None else "cpu")
     c = counter(dev)
     if isinstance(c, str):
@@ -140,6 +145,8 @@ def samples(
                     calls += 1
                 sync(dev)
                 out[name].append(_used(c, start, c.read()) / calls)
+                if seconds is not None:
+                    seconds.setdefault(name, []).append((time.perf_counter() - t0) / calls)
     finally:
         c.close()
     return out

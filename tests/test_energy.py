@@ -3,6 +3,8 @@ windows, the one-line reason where no counter exists, and the verdict worded in 
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from helpers import energy
@@ -59,8 +61,14 @@ def test_samples_are_joules_per_call_in_interleaved_windows(rapl):
         order.append(name)
         rapl.tick()  # each call "uses" 1 mJ
 
-    out = energy.samples({"a": lambda: call("a"), "b": lambda: call("b")}, "cpu", window=0.2, windows=2)
+    seconds = {}
+    out = energy.samples(
+        {"a": lambda: call("a"), "b": lambda: call("b")}, "cpu", window=0.2, windows=2, seconds=seconds
+    )
     assert set(out) == {"a", "b"} and all(len(v) == 2 for v in out.values())
+    runs = [(n, len(list(g))) for n, g in itertools.groupby(order)]  # each window: one run of calls
+    for i, (name, calls) in enumerate(runs):  # seconds per call × calls = the window, at least 0.2 s
+        assert 0.2 <= seconds[name][i // 2] * calls < 0.5
     assert all(j == pytest.approx(1000 / 1e6) for v in out.values() for j in v)
     # interleaved: a's windows and b's alternate
     runs = [order[0]] + [n for prev, n in zip(order, order[1:], strict=False) if n != prev]
@@ -77,6 +85,8 @@ def test_bad_inputs_say_what_to_pass():
         energy.samples([lambda: None])
     with pytest.raises(ValueError, match="window"):
         energy.samples({"a": lambda: None}, window=0.01)
+    with pytest.raises(ValueError, match="empty dict"):
+        energy.samples({"a": lambda: None}, seconds=[])
 
 
 def test_sentence_speaks_energy():
