@@ -66,8 +66,8 @@ def test_samples_are_joules_per_call_in_interleaved_windows(rapl):
         {"a": lambda: call("a"), "b": lambda: call("b")}, "cpu", window=0.2, windows=2, seconds=seconds
     )
     assert set(out) == {"a", "b"} and all(len(v) == 2 for v in out.values())
-    runs = [(n, len(list(g))) for n, g in itertools.groupby(order)]  # each window: one run of calls
-    for i, (name, calls) in enumerate(runs):  # seconds per call × calls = the window, at least 0.2 s
+    windows = [(n, len(list(g))) for n, g in itertools.groupby(order)]  # each window: one run of calls
+    for i, (name, calls) in enumerate(windows):  # seconds per call × calls = the window, at least 0.2 s
         assert 0.2 <= seconds[name][i // 2] * calls < 0.5
     assert all(j == pytest.approx(1000 / 1e6) for v in out.values() for j in v)
     # interleaved: a's windows and b's alternate
