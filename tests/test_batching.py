@@ -163,3 +163,14 @@ def test_sampled_latency_draws_the_measured_tail_and_repeats_with_the_seed():
     for bad in ([[1e-3]], [[1e-3], []], "ab"):
         with pytest.raises(ValueError):
             batching.SampledLatency([1, 4], bad)
+
+
+def test_sampled_latency_draws_each_quantile_at_its_share_not_the_maximum_at_one_in_101():
+    samples = list(np.linspace(1e-3, 2e-3, 199)) + [20e-3]  # one stall in 200 calls
+    sampled = batching.SampledLatency([1], [samples])
+    draws = np.array([sampled(1) for _ in range(40_000)])
+    measured_p99 = np.percentile(samples, 99)
+    assert 0.008 < (draws > measured_p99 * 1.0001).mean() < 0.012  # above the measured p99: 1 % of the draws
+    assert 0.003 < (draws > 11e-3).mean() < 0.007  # the stall's half of the top stretch: its 0.5 %, not 1 %
+    assert np.percentile(draws, 99) < 5e-3  # the p99 of the draws is near the measured one, not at the stall
+    assert draws.max() <= 20e-3 and draws.min() >= 1e-3
