@@ -151,6 +151,27 @@ def choose_batch(
     return batches[max(ok, key=lambda i: throughputs[i])]
 
 
+def shape_buckets(largest: int, most: int = 8) -> list[int]:
+    """The batch sizes a compiled model or a CUDA graph is given (each one its own recorded graph): powers of two
+    up to ``largest``, and ``largest`` itself, at most ``most`` of them (1, then the largest ones, so a partial batch
+    is padded at most to twice its size, except the smallest ones). Eight by default: PyTorch warns beyond
+    eight recorded CUDA graphs of one function (``cudagraph_dynamic_shape_warn_limit``)."""
+    check_int("largest", largest, hint="pass the largest batch served, e.g. 64")
+    check_int("most", most, minimum=2, hint="pass how many shapes to allow at most, e.g. 8")
+    sizes = sorted({2**k for k in range(largest.bit_length()) if 2**k < largest} | {largest})
+    return sizes if len(sizes) <= most else [1, *sizes[len(sizes) - most + 1 :]]
+
+
+def bucket_for(n: int, buckets: Sequence[int]) -> int:
+    """The smallest of ``buckets`` that holds ``n`` requests: the shape a batch of ``n`` is padded to."""
+    check_int("n", n, hint="pass the number of requests in the batch, e.g. 3")
+    check_ints("buckets", buckets, hint="pass the batch sizes compiled for, e.g. shape_buckets(64)")
+    fitting = [b for b in buckets if b >= n]
+    if not fitting:
+        raise ValueError(f"a batch of {n} fits none of the buckets {sorted(buckets)}: add a bucket of at least {n}.")
+    return min(fitting)
+
+
 def latency_model(batches: Sequence[int], seconds: Sequence[float]) -> Callable[[int], float]:
     """Service time of any batch size: linearly interpolated between measured medians; beyond the largest
     measured batch, proportional to the batch (the saturated regime: time per item stays that of the largest)."""
@@ -171,12 +192,19 @@ class SampledLatency:
     tail the sweep measured, not only its medians. Each call draws a quantile uniformly at random and returns
     that quantile's latency curve at the batch asked for (interpolated between ``quantiles`` evenly spaced
     curves, and between the measured batch sizes as :func:`latency_model` does for the median), so a draw
-    exceeds the measured p99 one time in a hundred. ``median`` is the median model (what
-    :func:`is_stable` should be given). :func:`simulate_server` reseeds it with its own seed, so a simulation
-    is repeatable."""
+    exceeds the measured p99 one time in a hundred. With ``padded=True`` the batch sizes are the shapes the
+    model is given (:func:`shape_buckets`): a batch of n costs the measured time of the smallest one that holds
+    it, as a compiled model or a CUDA graph padded to it does, not an interpolation. ``median`` is the median
+    model (what :func:`is_stable` should be given). :func:`simulate_server` reseeds it with its own seed, so a
+    simulation is repeatable."""
 
     def __init__(
-        self, batches: Sequence[int], samples: Sequence[Sequence[float]], quantiles: int = 101, seed: int = 0
+        self,
+        batches: Sequence[int],
+        samples: Sequence[Sequence[float]],
+        quantiles: int = 101,
+        seed: int = 0,
+        padded: bool = False,
     ) -> None:
         check_int("quantiles", quantiles, minimum=2, maximum=10_001, hint="pass how many quantiles to keep, e.g. 101")
         if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence) or len(samples) != len(batches):
@@ -188,8 +216,13 @@ class SampledLatency:
         qs = np.linspace(0.0, 1.0, quantiles)
         table = np.array([np.quantile(np.asarray(v, dtype=float), qs) for v in samples])
         self._curves = [latency_model(batches, list(table[:, j])) for j in range(quantiles)]
-        self.median = latency_model(batches, [float(np.median(v)) for v in samples])
+        median = latency_model(batches, [float(np.median(v)) for v in samples])
+        self._batches = list(batches) if padded else None
+        self.median = (lambda n: median(self._padded(n))) if padded else median
         self.reseed(seed)
+
+    def _padded(self, n: int) -> int:  # the measured batch a batch of n runs as (padded), if padded
+        return n if self._batches is None or n > self._batches[-1] else bucket_for(n, self._batches)
 
     def reseed(self, seed: int) -> None:
         self._rng = np.random.default_rng(seed)
@@ -198,6 +231,7 @@ class SampledLatency:
         # a uniform draw of the quantile, interpolated between the stored curves: each stretch of the measured
         # distribution is drawn as often as its share (picking one of the curves at random gave the largest sample
         # a 1-in-101 chance whatever the count, so a simulated p99 came out at the maximum, not at the p99)
+        n = self._padded(n)
         u = float(self._rng.random()) * (len(self._curves) - 1)
         j = min(int(u), len(self._curves) - 2)
         frac = u - j

@@ -174,3 +174,27 @@ def test_sampled_latency_draws_each_quantile_at_its_share_not_the_maximum_at_one
     assert 0.003 < (draws > 11e-3).mean() < 0.007  # the stall's half of the top stretch: its 0.5 %, not 1 %
     assert np.percentile(draws, 99) < 5e-3  # the p99 of the draws is near the measured one, not at the stall
     assert draws.max() <= 20e-3 and draws.min() >= 1e-3
+
+
+def test_shape_buckets_are_powers_of_two_up_to_the_batch_and_at_most_eight():
+    assert batching.shape_buckets(1) == [1]
+    assert batching.shape_buckets(8) == [1, 2, 4, 8]
+    assert batching.shape_buckets(48) == [1, 2, 4, 8, 16, 32, 48]
+    assert batching.shape_buckets(1024) == [1, 16, 32, 64, 128, 256, 512, 1024]  # 1, then the largest
+    assert batching.shape_buckets(64, most=3) == [1, 32, 64]
+    assert batching.bucket_for(3, [1, 2, 4, 8]) == 4 and batching.bucket_for(8, [8, 1]) == 8
+    with pytest.raises(ValueError, match="fits none of the buckets"):
+        batching.bucket_for(9, [1, 2, 4, 8])
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError):
+            batching.shape_buckets(bad)
+
+
+def test_padded_sampled_latency_charges_a_partial_batch_its_bucket():
+    sampled = batching.SampledLatency([1, 4, 8], [[1e-3] * 20, [2e-3] * 20, [6e-3] * 20], padded=True)
+    assert sampled(3) == pytest.approx(2e-3) and sampled(5) == pytest.approx(6e-3)  # the bucket's time
+    assert sampled.median(5) == pytest.approx(6e-3) and sampled.median(16) == pytest.approx(12e-3)  # beyond
+    plain = batching.SampledLatency([1, 4, 8], [[1e-3] * 20, [2e-3] * 20, [6e-3] * 20])
+    assert plain(6) == pytest.approx(4e-3)  # not padded: interpolated
+    result = batching.simulate_server(300, 8, 1e-3, sampled, n_requests=500)
+    assert result.latencies.min() >= 1e-3 - 1e-12
