@@ -144,10 +144,12 @@ def within(df: Any, label: str, cat: str = "user_annotation") -> Any:
     return df[mask & ~own]
 
 
-def weight_relayouts(df: Any, op: str = "aten::conv2d") -> Any:
-    """The copies each call of ``op`` made inside itself (``aten::contiguous``): for a convolution, its weights
-    re-laid out in its input's memory format on every call when the two differ (oneDNN and cuDNN pick the
-    input's format). None with an NCHW input on an NCHW model, or both ``channels_last``."""
+def conv_relayouts(df: Any, op: str = "aten::conv2d") -> Any:
+    """The copies each call of ``op`` made inside itself (``aten::contiguous``) because its input and its weights
+    were in different memory formats: oneDNN and cuDNN pick one format for both, so one of them is re-laid out on
+    every call. Usually the weights (a ``channels_last`` input on an NCHW model); with bf16 on an AMX CPU, oneDNN
+    returns ``channels_last`` activations, and each convolution of an NCHW model copies its *input* back. The
+    rows' ``Input Dims`` say which. None with an NCHW input on an NCHW model, or both ``channels_last``."""
     inner = within(df, op, cat="cpu_op")
     return inner[inner["name"] == "aten::contiguous"]
 

@@ -87,7 +87,7 @@ def test_gpu_trace_names_are_understood():
     assert list(profiling.sync_calls(body)["name"]) == ["aten::_local_scalar_dense", "cudaStreamSynchronize"]
 
 
-def test_weight_relayouts_and_conv_backends_name_what_the_trace_shows():
+def test_conv_relayouts_and_conv_backends_name_what_the_trace_shows():
     """A channels-last input on an NCHW model makes every convolution copy its weights (found inside conv2d);
     an NCHW input does not. The backend op names say which path ran."""
     import torch
@@ -102,8 +102,8 @@ def test_weight_relayouts_and_conv_backends_name_what_the_trace_shows():
         path = profiling.traces_dir() / f"test_relayout_{name}.json"
         prof.export_chrome_trace(str(path))
         traces[name] = profiling.load_trace(path)
-    assert len(profiling.weight_relayouts(traces["mixed"])) >= 1
-    assert len(profiling.weight_relayouts(traces["nchw"])) == 0
+    assert len(profiling.conv_relayouts(traces["mixed"])) >= 1
+    assert len(profiling.conv_relayouts(traces["nchw"])) == 0
     backends = profiling.conv_backends(traces["nchw"])
     assert backends["count"].sum() == 1 and set(backends.index) <= set(profiling.CONV_BACKENDS)
 
