@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .checks import check_choice, check_int
+from .checks import check_choice, check_instance, check_int
 from .paths import atomic_path, check_file_name, ensure_dir, output_subdir
 
 LEVELS = {
@@ -392,6 +392,7 @@ def quantize(
     calibration: Iterable[np.ndarray] | None = None,
     name: str | None = None,
     activations: str = "uint8",
+    reduce_range: bool = False,
 ) -> Path:
     """int8-quantize a saved model with ONNX Runtime's tools; returns the new file's path.
 
@@ -400,6 +401,10 @@ def quantize(
     (U8S8) is what ORT's x86 int8 kernels are built for; with int8 activations (S8S8) its CPU provider leaves
     some operators in fp32 between Dequantize/Quantize pairs. ``mode="dynamic"``: int8 weights, activations
     quantized on the fly in every call (no calibration). Both run ``quant_pre_process`` first, as ORT advises.
+
+    ``reduce_range=True`` quantizes the weights to 7 bits (-64…64). On an x86 CPU without VNNI or AMX, ORT's U8S8
+    kernels multiply with ``VPMADDUBSW``, whose 16-bit sums of two products can saturate; 7-bit weights keep
+    them in range (ORT's quantization docs advise it, or U8U8, where accuracy drops there).
     """
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -408,10 +413,12 @@ def quantize(
     if mode == "static" and not calibration:
         raise ValueError("static quantization needs calibration batches of real inputs (a list of arrays).")
     check_choice("activations", activations, ("uint8", "int8"), hint="'uint8' is U8S8, fastest on x86; 'int8' is S8S8")
+    check_instance("reduce_range", reduce_range, bool, hint="pass True for 7-bit weights (x86 without VNNI or AMX)")
     src = Path(path)
     stem = name or src.stem
     pre = src.with_name(f"{stem}.pre.onnx")
-    out = src.with_name(f"{stem}.int8-{mode}" + (f"-{activations}" if mode == "static" else "") + ".onnx")
+    kind = (f"-{activations}" if mode == "static" else "") + ("-7bit" if reduce_range else "")
+    out = src.with_name(f"{stem}.int8-{mode}{kind}.onnx")
     with _ort_quiet(3):
         quant_pre_process(str(src), str(pre))
         if mode == "static":
@@ -427,9 +434,10 @@ def quantize(
                 per_channel=True,
                 activation_type=act,
                 weight_type=QuantType.QInt8,
+                reduce_range=reduce_range,
             )
         else:
-            quantize_dynamic(str(pre), str(out), weight_type=QuantType.QInt8)
+            quantize_dynamic(str(pre), str(out), weight_type=QuantType.QInt8, reduce_range=reduce_range)
     pre.unlink(missing_ok=True)
     return out
 

@@ -162,6 +162,33 @@ def test_quantize_static_and_dynamic(cnn_path):
         assert (out - model(x).detach()).abs().max() < 0.5  # int8, not garbage
 
 
+def test_quantize_reduce_range_keeps_weights_in_seven_bits(cnn_path):
+    """7-bit weights, for x86 CPUs without VNNI or AMX, where U8S8's 16-bit pair sums can saturate."""
+    import onnx
+    from onnx import numpy_helper
+
+    model, path = cnn_path
+    calibration = [np.random.default_rng(0).standard_normal((8, 1, 8, 8)).astype(np.float32)]
+
+    def weight_range(p):
+        m = onnx.load(str(p))
+        ints = [numpy_helper.to_array(i) for i in m.graph.initializer if i.data_type == onnx.TensorProto.INT8]
+        assert ints, "no int8 weights in the quantized model"
+        return min(int(a.min()) for a in ints), max(int(a.max()) for a in ints)
+
+    full = onnxrt.quantize(path, "static", calibration)
+    seven = onnxrt.quantize(path, "static", calibration, reduce_range=True)
+    assert seven != full  # its own file: a cached 8-bit model is never reused for it
+    lo, hi = weight_range(seven)
+    assert -64 <= lo and hi <= 64
+    assert max(-weight_range(full)[0], weight_range(full)[1]) > 64  # the 8-bit one does use the wider range
+    x = torch.from_numpy(calibration[0])
+    assert (onnxrt.OrtModel(onnxrt.session(seven))(x) - model(x).detach()).abs().max() < 0.5
+    with pytest.raises(TypeError, match="reduce_range") as info:
+        onnxrt.quantize(path, "static", calibration, reduce_range="yes")
+    assert one_line(info.value)
+
+
 def test_the_provider_probe_model_loads_in_this_onnxruntime():
     """provider_status probes a GPU provider with a one-node model: a model this ORT refuses (a newer IR
     version than it reads) would make every GPU provider look broken."""
