@@ -421,6 +421,18 @@ class Roofline:
             return False
         return a * (1 - self.spread.get(dtype, 0.0)) > b * (1 + self.spread.get(than, 0.0))
 
+    def mfu(self, achieved_flops: float, dtype: str = "fp32") -> float | None:
+        """Model FLOP/s utilisation: ``achieved_flops`` as a share of this machine's ``dtype`` compute roof.
+        None where that roof is unmeasured, or where the work went faster than it (a library's own kernels can
+        beat the kernels the roof was measured with): that roof then does not bound it, and no share is claimed."""
+        check_choice("dtype", dtype, _DTYPES, hint="a dtype the roofline measures")
+        check_number("achieved_flops", achieved_flops, positive=True, hint="FLOPs per image times images per second")
+        peak = self.peak_flops.get(dtype, math.nan)
+        if not math.isfinite(peak):
+            return None
+        share = achieved_flops / peak
+        return share if share <= 1.0 else None
+
     def ridge_point(self, dtype: str = "fp32") -> float:
         """Arithmetic intensity (FLOP/byte) where memory-bound turns into compute-bound."""
         return self._peak(dtype) / self.bandwidth

@@ -127,3 +127,24 @@ def test_the_roofline_says_where_reduced_precision_pays():
     rf.spread["bf16"] = 0.9  # too noisy to tell
     assert not rf.pays("bf16")
     assert not rf.pays("fp16")  # not measured here
+
+
+def test_mfu_is_a_share_of_the_dtype_roof_and_none_beyond_it():
+    from helpers import roofline
+
+    rf = roofline.Roofline(
+        device="cpu",
+        machine_id="t",
+        peak_flops={"fp32": 100e9, "int8": 400e9},
+        bandwidth=1e10,
+        dispatch_latency=5e-6,
+        cache_bytes=2**25,
+        mode="quick",
+    )
+    assert rf.mfu(37e9) == pytest.approx(0.37)
+    assert rf.mfu(100e9, "int8") == pytest.approx(0.25)  # each dtype against its own roof
+    assert rf.mfu(120e9) is None  # beyond the measured roof: that roof does not bound it, no share above 100 %
+    assert rf.mfu(10e9, "bf16") is None  # no bf16 roof measured
+    with pytest.raises(ValueError, match="achieved_flops") as info:
+        rf.mfu(-1.0)
+    assert one_line(info.value)
