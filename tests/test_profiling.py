@@ -108,19 +108,23 @@ def test_conv_relayouts_and_conv_backends_name_what_the_trace_shows():
     assert backends["count"].sum() == 1 and set(backends.index) <= set(profiling.CONV_BACKENDS)
 
 
-def test_the_roofline_says_where_reduced_precision_pays():
+def _cpu_roofline(peak_flops, spread=None):
     from helpers import roofline
 
-    rf = roofline.Roofline(
+    return roofline.Roofline(
         device="cpu",
         machine_id="t",
-        peak_flops={"fp32": 100e9, "bf16": 90e9},
+        peak_flops=peak_flops,
         bandwidth=1e10,
         dispatch_latency=5e-6,
         cache_bytes=2**25,
         mode="quick",
-        spread={"fp32": 0.05},
+        spread=spread or {},
     )
+
+
+def test_the_roofline_says_where_reduced_precision_pays():
+    rf = _cpu_roofline({"fp32": 100e9, "bf16": 90e9}, spread={"fp32": 0.05})
     assert not rf.pays("bf16")  # emulated bf16: its roof at or below fp32's
     rf.peak_flops["bf16"] = 400e9
     assert rf.pays("bf16")
@@ -130,17 +134,7 @@ def test_the_roofline_says_where_reduced_precision_pays():
 
 
 def test_mfu_is_a_share_of_the_dtype_roof_and_none_beyond_it():
-    from helpers import roofline
-
-    rf = roofline.Roofline(
-        device="cpu",
-        machine_id="t",
-        peak_flops={"fp32": 100e9, "int8": 400e9},
-        bandwidth=1e10,
-        dispatch_latency=5e-6,
-        cache_bytes=2**25,
-        mode="quick",
-    )
+    rf = _cpu_roofline({"fp32": 100e9, "int8": 400e9})
     assert rf.mfu(37e9) == pytest.approx(0.37)
     assert rf.mfu(100e9, "int8") == pytest.approx(0.25)  # each dtype against its own roof
     assert rf.mfu(120e9) is None  # beyond the measured roof: that roof does not bound it, no share above 100 %
