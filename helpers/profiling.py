@@ -149,7 +149,7 @@ def conv_relayouts(df: Any, op: str = "aten::conv2d") -> Any:
     were in different memory formats: oneDNN and cuDNN pick one format for both, so one of them is re-laid out on
     every call. Usually the weights (a ``channels_last`` input on an NCHW model); with bf16 on an AMX CPU, oneDNN
     returns ``channels_last`` activations, and each convolution of an NCHW model copies its *input* back. The
-    rows' ``Input Dims`` say which. None with an NCHW input on an NCHW model, or both ``channels_last``."""
+    rows' ``Input Dims`` say which. In fp32: none with an NCHW input on an NCHW model, or both ``channels_last``."""
     inner = within(df, op, cat="cpu_op")
     return inner[inner["name"] == "aten::contiguous"]
 
