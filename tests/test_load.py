@@ -76,8 +76,17 @@ def test_real_load_from_spinning_processes_is_detected():
         load = device.machine_load(1.0)
         assert load.busy, f"{len(spinners)} spinning processes on {device.usable_cpus()} CPUs were not detected: {load}"
         assert "other processes used" in load.reason()
-        x = torch.randn(128, 128)
-        m = benchmark(torch.mm, x, x, repeats=20, min_sample_time=0.05, budget=1.0)  # a window of about 1 s
+
+        # A call of fixed wall time (CPU-bound, so it competes with the spinners): a kernel such as torch.mm gets
+        # preempted during warm-up, its per-call estimate comes out inflated, and the samples then take a window
+        # far shorter than the budget (58 ms in one CI run), too short for the tick counters to see the load.
+        def work(seconds=0.02):
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pass
+
+        m = benchmark(work, device="cpu", repeats=20, min_sample_time=0.05, budget=1.0)
+        assert m.load["seconds"] >= 0.5, m.load  # the premise: a window of most of the 1 s budget
         assert m.busy and "the machine was busy" in m.summary(), m.load
     finally:
         for pid in spinners:
