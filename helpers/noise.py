@@ -235,15 +235,25 @@ _PERSISTENT_FILTER: list[int] = []  # the saved stderr, once filter_profiler_mar
 
 def filter_profiler_markers() -> None:
     """From now on, for the rest of the process, drop the profiler's start/stop marker lines from native stderr
-    (item 9 above); every other line passes through as it is written. Idempotent."""
+    (item 9 above); every other line passes through as it is written. Idempotent. At a normal exit the lines
+    still in the pipe are forwarded before the process ends (a daemon thread would otherwise be cut off)."""
     if _PERSISTENT_FILTER:
         return
+    import atexit
+
     sys.stderr.flush()
     saved = os.dup(2)
-    write_end, _ = _marker_filter(saved)
+    write_end, reader = _marker_filter(saved)
     os.dup2(write_end, 2)
     os.close(write_end)  # fd 2 is now the pipe's only writer
     _PERSISTENT_FILTER.append(saved)
+
+    def drain() -> None:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # closes the pipe's last writer (unless a child process inherited it): the reader
+        reader.join(timeout=1.0)  # sees its end, forwards the rest and stops; a child still holding it costs 1 s
+
+    atexit.register(drain)
 
 
 @contextlib.contextmanager
