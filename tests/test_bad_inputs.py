@@ -440,14 +440,33 @@ def test_sweep_refuses_inputs_that_are_not_the_batch_it_counts():
 def test_the_stderr_filter_passes_lines_on_before_the_process_dies():
     import subprocess
     import sys
+    import threading
 
+    # The child stays alive (waiting on stdin) until the parent has seen its line on stderr, then dies inside the
+    # block: no sleep to race against, and a filter that held lines back until the block ended would hang here
+    # until the watchdog kills the child, and fail.
     code = (
-        "import os, time\nfrom helpers.noise import profiler_markers_silenced\n"
+        "import os, sys\nfrom helpers.noise import profiler_markers_silenced\n"
         "with profiler_markers_silenced():\n"
         "    os.write(2, b'USDT:x SyncActivityProfilerHandler.cpp:39] profiler_start\\nkeep me\\n')\n"
-        "    time.sleep(0.5)\n"
+        "    sys.stdin.readline()\n"
         "    os._exit(3)  # dies inside the block, as a crash in native code would\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 3
-    assert "keep me" in proc.stderr and "profiler_start" not in proc.stderr
+    seen = []
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+    ) as proc:
+        watchdog = threading.Timer(60, proc.kill)
+        watchdog.start()
+        try:
+            for line in proc.stderr:
+                seen.append(line)
+                if line == "keep me\n":
+                    proc.stdin.write("go\n")
+                    proc.stdin.flush()
+                    break
+            seen.append(proc.stderr.read())
+        finally:
+            watchdog.cancel()
+    assert proc.returncode == 3, "".join(seen)
+    assert "keep me\n" in seen and "profiler_start" not in "".join(seen)

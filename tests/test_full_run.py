@@ -120,6 +120,8 @@ def test_an_interrupted_run_still_writes_its_summary_and_results(tmp_path):
             if summary.exists() and json.loads(summary.read_text())["notebooks"].get("00_ok", {}).get("status") == "ok":
                 break
             time.sleep(0.2)
+        else:
+            raise AssertionError("00_ok was not done within 120 s, so the interruption could not be tested")
         time.sleep(1.0)  # now inside the long notebook
         proc.send_signal(signal.SIGTERM)  # what `timeout` sends at a time limit
         output, _ = proc.communicate(timeout=60)

@@ -195,9 +195,9 @@ async def _run_cell(base: str, name: str, token: str, code: str) -> str:
         json.dumps({"header": header, "parent_header": {}, "metadata": {}, "content": content, "channel": "shell"})
     )
     printed = []
-    deadline = time.time() + 60
+    deadline = time.time() + 180  # a cold kernel importing torch for a new user, two at once on 2 cores
     while time.time() < deadline:
-        msg = json.loads(await asyncio.wait_for(ws.read_message(), timeout=60))
+        msg = json.loads(await asyncio.wait_for(ws.read_message(), timeout=deadline - time.time()))
         if msg.get("parent_header", {}).get("msg_id") != msg_id:
             continue
         if msg["msg_type"] == "stream":
@@ -206,6 +206,8 @@ async def _run_cell(base: str, name: str, token: str, code: str) -> str:
             raise AssertionError("\n".join(msg["content"]["traceback"]))
         elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
             break
+    else:
+        raise AssertionError(f"{name}'s cell did not finish within 180 s; it printed: {''.join(printed)!r}")
     ws.close()
     while await asyncio.wait_for(ws.read_message(), timeout=10) is not None:  # until the server closes it too
         pass
@@ -317,7 +319,7 @@ def _isolated_servers(hub: dict, sessions: dict) -> None:
             p.info["username"] in USERS or re.search(r"configurable-http-proxy|jupyterhub|idle_culler", cmd)
         ):
             found.append((p, cmd))
-    _, alive = psutil.wait_procs([p for p, _ in found], timeout=5)  # one still exiting gets a few seconds
+    _, alive = psutil.wait_procs([p for p, _ in found], timeout=15)  # one still exiting gets a few seconds
     left = [f"{cmd[:120]} ({p.pid})" for p, cmd in found if p in alive and _not_a_zombie(p)]
     assert not left, f"left running after the hub stopped: {left}"
 

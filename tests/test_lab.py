@@ -27,14 +27,16 @@ def test_make_lab_serves_the_notebooks(tmp_path):
     port, token = _free_port(), "course-test-token"
     args = f"--no-browser --ip=127.0.0.1 --IdentityProvider.token={token} --ServerApp.runtime_dir={tmp_path}"
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_DATA_DIR": str(tmp_path / "data")}
-    proc = subprocess.Popen(
-        ["make", "--no-print-directory", "lab", f"PORT={port}", f"LAB_ARGS={args}"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    log = tmp_path / "lab.log"  # a file, not a pipe: a pipe nobody reads would block the server once full
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            ["make", "--no-print-directory", "lab", f"PORT={port}", f"LAB_ARGS={args}"],
+            cwd=REPO,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline, status = time.time() + 90, None
@@ -44,8 +46,7 @@ def test_make_lab_serves_the_notebooks(tmp_path):
                 break
             except OSError:
                 time.sleep(0.5)
-        output = proc.stdout.read1().decode() if proc.poll() is not None else ""
-        assert status is not None, "JupyterLab did not answer:\n" + output
+        assert status is not None, "JupyterLab did not answer:\n" + log.read_text(errors="replace")[-4000:]
         listing = _get(f"{base}/api/contents/?token={token}")
         names = {item["name"] for item in listing["content"]}
         assert "00_environment.ipynb" in names
@@ -64,4 +65,3 @@ def test_make_lab_serves_the_notebooks(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        proc.stdout.close()

@@ -56,13 +56,16 @@ def _spinner() -> int:
 def test_own_threads_are_not_other_processes():
     import threading
 
+    control = device.machine_load(1.0)  # what other programs on a shared CI machine use anyway
     stop = time.perf_counter() + 1.0
     worker = threading.Thread(target=lambda: [None for _ in iter(lambda: time.perf_counter() < stop, False)])
     meter = device.LoadMeter()
     worker.start()
     worker.join()
     load = meter.stop()
-    assert load.others_cpus is not None and load.others_cpus < device.BUSY_OTHERS_SHARE * load.usable_cpus, load
+    assert load.others_cpus is not None and control.others_cpus is not None, (load, control)
+    # the worker's second of CPU counted as others would add about 1.0 CPU to what the control saw
+    assert load.others_cpus < control.others_cpus + device.BUSY_OTHERS_SHARE * load.usable_cpus, (load, control)
 
 
 def test_real_load_from_spinning_processes_is_detected():

@@ -47,15 +47,19 @@ def test_thread_prefetcher_raises_the_loaders_error_at_its_place():
 
 @pytest.mark.parametrize("source", [lambda: slow(1000, delay=0.001), lambda: [1, 2, 3]])
 def test_thread_prefetcher_stops_its_thread_when_the_consumer_stops_early(source):
-    before = threading.active_count()
+    def loaders() -> set[threading.Thread]:  # only the prefetcher's threads: others may come and go meanwhile
+        return {t for t in threading.enumerate() if t.name == "ThreadPrefetcher"}
+
+    before = loaders()
     iterator = iter(pipeline.ThreadPrefetcher(source(), depth=2))
     assert next(iterator) in (0, 1)
+    started = loaders() - before
+    assert len(started) == 1, "the prefetcher loads in one thread of its own"
     time.sleep(0.05)  # let the loader fill the queue and block on it
     iterator.close()  # what a `break` out of a for loop does, once the generator is collected
-    deadline = time.perf_counter() + 5
-    while threading.active_count() > before and time.perf_counter() < deadline:
-        time.sleep(0.01)
-    assert threading.active_count() == before, "the loader thread outlived the consumer"
+    (thread,) = started
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "the loader thread outlived the consumer"
 
 
 def test_thread_prefetcher_bad_depth():

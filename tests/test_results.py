@@ -124,6 +124,7 @@ WRITER = textwrap.dedent("""
         return written + real_write(fd, data[half:])
 
     results.os.write = write_in_two_halves
+    (go.parent / f"ready-{who}").touch()  # imported (torch takes seconds on a loaded machine): waiting for go
     while not go.exists():
         time.sleep(0.001)
     for i in range(count):
@@ -137,7 +138,10 @@ def test_two_processes_append_at_once_without_losing_or_mixing_lines(tmp_path):
         subprocess.Popen([sys.executable, "-c", WRITER, str(path), who, str(count), str(go)], cwd=REPO)
         for who in ("a", "b")
     ]
-    time.sleep(1.0)  # both started and waiting
+    deadline = time.time() + 120  # both imported and waiting, so their writes do overlap
+    while not all((tmp_path / f"ready-{who}").exists() for who in ("a", "b")) and time.time() < deadline:
+        time.sleep(0.01)
+    assert all((tmp_path / f"ready-{who}").exists() for who in ("a", "b")), "a writer did not start in 120 s"
     go.touch()
     assert all(p.wait(timeout=120) == 0 for p in procs)
     with warnings.catch_warnings():

@@ -4,6 +4,7 @@ behaviour notebook 12 relies on (a driver that fails stops its Ray node)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -120,7 +121,9 @@ def test_a_slow_server_raises_latency_but_not_the_send_schedule(fast_server, slo
     fast = serving.open_loop(fast_server, ["{}"], rate=40, duration=1.5, seed=7)
     slow = serving.open_loop(slow_server, ["{}"], rate=40, duration=1.5, seed=7)
     np.testing.assert_array_equal(fast.scheduled, slow.scheduled)
-    assert np.median(slow.lag) < 0.02 and np.median(fast.lag) < 0.02  # sent when scheduled, answered or not
+    # sent when scheduled, answered or not: a generator that waited for answers (closed loop) would send at the
+    # 20 req/s served, its median lag about 0.4 s; 0.1 s leaves room for a loaded 2-core machine's wake-ups
+    assert np.median(slow.lag) < 0.1 and np.median(fast.lag) < 0.1
     assert slow.ok.all()
     assert np.median(slow.latency) > 5 * np.median(fast.latency)
     assert slow.latency[-5:].mean() > slow.latency[:5].mean() + 0.2  # the queue grew through the run
@@ -236,22 +239,41 @@ def test_a_driver_that_fails_stops_its_ray_node():
     """Notebook 12 relies on it: when a cell fails, papermill (or a learner) shuts the kernel down, the
     interpreter exits, and Ray's exit hook stops every process of the node that driver started."""
     pytest.importorskip("ray")
+    # the driver fails only once the parent has listed its node (it waits on stdin): no sleep to race against
     code = (
-        "import ray, sys, time; ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, "
-        "logging_level='ERROR'); print('up'); sys.stdout.flush(); time.sleep(0.5); raise RuntimeError('a cell failed')"
+        "import ray, sys; ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, "
+        "logging_level='ERROR'); print('up'); sys.stdout.flush(); sys.stdin.readline(); "
+        "raise RuntimeError('a cell failed')"
     )
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+    def names(processes):  # a short-lived helper may exit while being listed
+        found = set()
+        for p in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                found.add(p.name())
+        return found
+
     with subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
     ) as driver:
+        watchdog = threading.Timer(180, driver.kill)  # a stuck ray.init fails the test instead of hanging it
+        watchdog.start()
         try:
             assert driver.stdout.readline().strip() == "up"
             node = psutil.Process(driver.pid).children(recursive=True)
-            names = {p.name() for p in node}
-            assert {"raylet", "gcs_server"} <= names, names
+            assert {"raylet", "gcs_server"} <= names(node), names(node)
+            driver.stdin.write("fail now\n")
+            driver.stdin.flush()
             assert driver.wait(timeout=60) == 1  # the exception ended it
             gone, alive = psutil.wait_procs(node, timeout=30)
-            assert not alive, f"left running after the driver failed: {[p.name() for p in alive]}"
+            assert not alive, f"left running after the driver failed: {names(alive)}"
         finally:
+            watchdog.cancel()
             if driver.poll() is None:
                 driver.kill()

@@ -120,7 +120,7 @@ def test_interleaved_stays_within_its_budget():
 
     start = time.perf_counter()
     ms = interleaved({"a": lambda: time.sleep(0.01), "b": lambda: time.sleep(0.01)}, repeats=1000, budget=0.3)
-    assert time.perf_counter() - start < 0.02 + 0.3 + 0.3
+    assert time.perf_counter() - start < 0.02 + 0.3 + 1.0  # ignoring the budget: 20 s
     assert 1 <= ms["a"].n < 1000 and ms["a"].n == ms["b"].n
 
 
