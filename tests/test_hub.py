@@ -197,7 +197,7 @@ async def _run_cell(base: str, name: str, token: str, code: str) -> str:
     printed = []
     deadline = time.time() + 180  # a cold kernel importing torch for a new user, two at once on 2 cores
     while time.time() < deadline:
-        msg = json.loads(await asyncio.wait_for(ws.read_message(), timeout=deadline - time.time()))
+        msg = json.loads(await asyncio.wait_for(ws.read_message(), timeout=max(1.0, deadline - time.time())))
         if msg.get("parent_header", {}).get("msg_id") != msg_id:
             continue
         if msg["msg_type"] == "stream":
