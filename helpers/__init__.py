@@ -38,6 +38,7 @@ except OSError as _exc:
     _warnings.warn(f"{_exc} (torch.compile and Triton keep their default cache folders meanwhile)", stacklevel=2)
 
 from .device import choose_device, environment_report, machine_id, sync  # noqa: E402
+from .fp32 import exact_fp32  # noqa: E402
 from .modes import course_mode, pick, set_mode  # noqa: E402
 from .results import Recorder, load_reference, load_results, record  # noqa: E402
 from .timing import Measurement, benchmark, compare, format_seconds, interleaved, timed_call  # noqa: E402
@@ -52,6 +53,7 @@ __all__ = [
     "compare",
     "course_mode",
     "environment_report",
+    "exact_fp32",
     "format_seconds",
     "interleaved",
     "load_reference",

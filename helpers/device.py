@@ -73,15 +73,6 @@ def sync(device: DeviceLike = None) -> None:
         torch.mps.synchronize()
 
 
-@lru_cache(maxsize=1)
-def exact_fp32() -> None:
-    """fp32 math in fp32 on an NVIDIA GPU: TensorFloat-32 off for matmuls and for cuDNN convolutions (which
-    PyTorch lets use TF32 by default). The legacy flags on purpose: torch.export reads them (notebook 11). Call it
-    where the code runs — a serving replica is another process, and these flags are per process."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-
-
 def cpu_model() -> str:
     """The CPU's marketing name, read from /proc/cpuinfo on Linux (falls back to ``platform``)."""
     try:

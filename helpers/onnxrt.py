@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .checks import check_choice, check_instance, check_int
+from .fp32 import consistent_fp32_flags
 from .paths import atomic_path, check_file_name, ensure_dir, output_subdir
 
 LEVELS = {
@@ -67,7 +68,7 @@ def export(
     was_training = model.training
     model.eval()
     try:
-        with _cudnn_flags_for_export():
+        with consistent_fp32_flags():
             program = torch.onnx.export(model, (example,), dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False)
     finally:
         model.train(was_training)
@@ -82,20 +83,6 @@ def export(
         onnx.checker.check_model(str(tmp))
     path.with_name(path.name + ".data").unlink(missing_ok=True)  # an earlier export's weights, now unused
     return path
-
-
-@contextlib.contextmanager
-def _cudnn_flags_for_export() -> Iterator[None]:
-    """torch.export reads the legacy ``torch.backends.cudnn.allow_tf32`` flag, which raises once a notebook has
-    set ``torch.backends.cudnn.conv.fp32_precision`` (as the course does, to keep fp32 exact). Export traces
-    with fake tensors and runs no convolution, so the flags are put back to their defaults for its duration."""
-    conv, rnn = torch.backends.cudnn.conv, torch.backends.cudnn.rnn
-    saved = conv.fp32_precision, rnn.fp32_precision
-    conv.fp32_precision = rnn.fp32_precision = "tf32"
-    try:
-        yield
-    finally:
-        conv.fp32_precision, rnn.fp32_precision = saved
 
 
 @dataclass

@@ -35,6 +35,7 @@ import torch
 
 from .checks import check_choice, check_int, check_number
 from .device import DeviceLike, choose_device, cpu_features, last_level_cache_bytes, machine_id
+from .fp32 import FLAGS, exact_fp32, fp32_flags, set_fp32_flags
 from .modes import course_mode, pick
 from .paths import outputs_dir, write_atomic
 from .timing import MIN_SAMPLES, Measurement, benchmark, fit_to_budget
@@ -91,21 +92,19 @@ def default_sizes(device: DeviceLike = None) -> list[int]:
 
 @contextmanager
 def _matmul_precision(dtype_name: str) -> Iterator[None]:
-    """tf32 is fp32 storage with TensorFloat-32 tensor-core math. Uses the fp32_precision API of
-    PyTorch ≥ 2.9 (``allow_tf32`` is being deprecated, and mixing the two APIs warns).
-
-    Caveat: the new setter does not update the legacy global. While "tf32" is set, reading the legacy API
-    (``torch.get_float32_matmul_precision()``, ``allow_tf32``) raises a "mix of the legacy and new APIs" error,
-    which is why this is a short-lived context manager that restores the previous value."""
-    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
-    before = matmul.fp32_precision, conv.fp32_precision
-    # the convolution case too: cuDNN's default for fp32 convolutions is TF32, which would make the fp32 roof
-    # a TF32 one on a GPU
-    matmul.fp32_precision = conv.fp32_precision = "tf32" if dtype_name == "tf32" else "ieee"
+    """tf32 is fp32 storage with TensorFloat-32 tensor-core math; every other dtype is timed with TF32 off (the
+    convolution switch too: cuDNN's default for fp32 convolutions is TF32, which would make the fp32 roof a TF32
+    one on a GPU). Both kinds of switch (legacy and per-op, :mod:`helpers.fp32`) are set so they agree, and put
+    back as they were afterwards."""
+    saved = fp32_flags()
+    if dtype_name == "tf32":
+        set_fp32_flags({"legacy cublas": True, "legacy cudnn": True, **dict.fromkeys(FLAGS, "tf32")})
+    else:
+        exact_fp32()
     try:
         yield
     finally:
-        matmul.fp32_precision, conv.fp32_precision = before
+        set_fp32_flags(saved)
 
 
 #: The two layouts a float matmul is timed in: ``x @ w.T`` (what an nn.Linear runs, ``F.linear``) and row-major

@@ -87,17 +87,3 @@ def test_unknown_mode_says_what_to_do(monkeypatch):
     assert one_line(info.value)
     with pytest.raises(ValueError):
         pick(1, 2, mode="medium")
-
-
-def test_exact_fp32_turns_tf32_off_for_matmuls_and_convolutions():
-    import torch
-
-    from helpers.device import exact_fp32
-
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    try:
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        exact_fp32()
-        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
