@@ -41,10 +41,11 @@ from .device import choose_device, environment_report, machine_id, sync  # noqa:
 from .fp32 import exact_fp32  # noqa: E402
 from .modes import course_mode, pick, set_mode  # noqa: E402
 from .results import Recorder, load_reference, load_results, record  # noqa: E402
-from .timing import Measurement, benchmark, compare, format_seconds, interleaved, timed_call  # noqa: E402
-from .verdict import Verdict, verdict  # noqa: E402
+from .timing import Measurement, benchmark, format_seconds, interleaved, timed_call  # noqa: E402
+from .verdict import Comparison, Verdict, compare, time_together, verdict, winner  # noqa: E402
 
 __all__ = [
+    "Comparison",
     "Measurement",
     "Recorder",
     "Verdict",
@@ -63,6 +64,8 @@ __all__ = [
     "record",
     "set_mode",
     "sync",
+    "time_together",
     "timed_call",
     "verdict",
+    "winner",
 ]

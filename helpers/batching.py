@@ -1,6 +1,6 @@
 """Choosing a batch size: the knee of the throughput curve, the batch that meets a latency target, the
-largest batch that fits in memory (OOM-safe: :func:`helpers.oom.largest_fitting_batch`, re-exported here with
-``memory_capped``), and a small simulation of a batching server."""
+largest batch that fits in memory lives in :mod:`helpers.oom` (``largest_fitting_batch``, ``memory_capped``), and
+this module has a small simulation of a batching server."""
 
 from __future__ import annotations
 
@@ -13,9 +13,6 @@ import numpy as np
 import torch
 
 from .checks import check_callable, check_int, check_ints, check_number, check_numbers
-
-# the OOM-safe search and the simulated cap live with the rest of the out-of-memory handling; importable from here
-from .oom import FitSearch, largest_fitting_batch, memory_capped  # noqa: F401 - re-exported
 
 
 def _check_curve(batches: Sequence[int], values: Sequence[float], name: str) -> None:
@@ -73,7 +70,8 @@ def sweep(
     import pandas as pd
 
     from .memory import peak_allocated_bytes
-    from .timing import benchmark, sweep_warning
+    from .timing import benchmark
+    from .verdict import sweep_warning
 
     check_callable("model", model, hint="sweep() needs a model and a make_input(batch) function")
     check_callable("make_input", make_input, hint="sweep() needs a model and a make_input(batch) function")

@@ -39,7 +39,7 @@ import torch
 from .checks import check_callable, check_instance, check_int
 from .device import DeviceLike, choose_device
 from .modes import pick
-from .opcount import OpCount, count_ops, python_reads  # noqa: F401 - re-exported: doctor.count_ops, doctor.python_reads
+from .opcount import OpCount, count_ops
 from .roofline import Roofline, memory_bandwidth
 from .timing import Measurement, benchmark
 

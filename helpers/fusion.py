@@ -8,7 +8,7 @@ or one of Inductor's generated C++ kernels; the profiler sees those only when th
 :func:`enable_cpu_kernel_profiling`.
 
 ``traffic`` (the bytes one eager call moves, unfused and ideally fused) is :func:`helpers.opcount.traffic`,
-where all op, FLOP and byte accounting lives; it is importable from here as before.
+where all op, FLOP and byte accounting lives.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import torch
 
 from .checks import check_callable, check_int
 from .device import DeviceLike, choose_device, sync
-from .opcount import Traffic, traffic  # noqa: F401 - re-exported: fusion.traffic (unfused and fused bytes)
 from .profiling import quiet_profile
 
 #: aten ops the profiler records that launch no kernel: views, metadata, allocations without initialisation

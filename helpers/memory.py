@@ -9,7 +9,7 @@
   measures.)
 
 Surviving a full device (``free_memory``, ``run_with_oom_backoff``, the simulated ``with_memory_cap``) is
-:mod:`helpers.oom`'s; those names are re-exported here.
+:mod:`helpers.oom`'s (one home for each function).
 """
 
 from __future__ import annotations
@@ -25,9 +25,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .checks import check_callable, check_choice, check_int
 from .device import DeviceLike, choose_device, sync
-
-# out-of-memory handling lives in one module; these names stay importable from here (notebook 07 uses them)
-from .oom import BackoffResult, free_memory, run_with_oom_backoff, with_memory_cap  # noqa: F401 - re-exported
 
 
 class _LiveTensorBytes(TorchDispatchMode):

@@ -14,8 +14,7 @@ fitted and the smallest that did not).
 * :func:`with_memory_cap`: a simulated memory limit, so that the two above can be shown and tested on a
   machine whose memory is not full (a CPU would swap or be killed long before PyTorch raised).
 
-``batching.largest_fitting_batch`` / ``batching.memory_capped`` and ``memory.run_with_oom_backoff`` /
-``memory.with_memory_cap`` / ``memory.free_memory`` are these functions, re-exported.
+Each function has its home here only: notebooks write ``from helpers import oom``.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ import torch
 
 from .checks import check_callable, check_choice, check_int, check_number, check_tensor
 from .device import DeviceLike, choose_device
+from .memory import peak_allocated_bytes
 
 #: where a capped call's peak comes from: measured around the call, or the number the call returns
 PEAK_SOURCES = ("measured", "returned")
@@ -202,8 +202,6 @@ def with_memory_cap(
             if used > cap_bytes:
                 raise refuse(used)
             return used
-        from .memory import peak_allocated_bytes  # memory re-exports this module: imported when first used
-
         kept: list[Any] = []
         where = (
             device

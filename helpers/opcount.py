@@ -23,7 +23,7 @@ One dispatch mode, :class:`OpCounter`, sees every aten op a call runs (a composi
     would be taken for one): more memory, which is why it is asked for (``OpCounter(fused=True)``) and not
     always on.
 
-``doctor.count_ops`` and ``fusion.traffic`` are these functions, re-exported.
+``helpers.doctor`` and ``helpers.fusion`` use these functions; notebooks call them from here.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import numpy as np
 from .checks import check_instance, check_ints, check_numbers
 from .roofline import Roofline
 from .timing import Measurement, check_measurements, time_unit
+from .verdict import verdict
 
 STYLE = {
     "figure.figsize": (7.5, 4.0),
@@ -229,8 +230,6 @@ def waterfall(
         for v in verdicts:
             colors.append(GOOD if v.outcome == "faster" else BAD if v.outcome == "slower" else "#adb5bd")
     elif measurements is not None:
-        from .verdict import verdict
-
         for prev, cur in itertools.pairwise(measurements):
             outcome = verdict(cur, prev).outcome
             colors.append(GOOD if outcome == "faster" else BAD if outcome == "slower" else "#adb5bd")

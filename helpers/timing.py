@@ -9,7 +9,7 @@ The rules it enforces, so a notebook cannot forget them:
   ``time.perf_counter`` on the CPU;
 * tiny workloads are repeated ``number`` times per sample so the timer's resolution does not dominate;
 * a **time budget** bounds every measurement, as ``torch.utils.benchmark``'s ``blocked_autorange`` and
-  ``triton.testing.do_bench`` do: sampling stops when the budget is spent (at least 5 samples when they
+  ``triton.testing.do_bench`` do: sampling stops when the budget is spent (at least 6 samples when they
   fit), and a call longer than the budget gives the first call plus one timed sample, marked
   ``budget_limited``;
 * the result keeps every raw sample and reports median, IQR and p95, never the mean of one run, and says
@@ -46,9 +46,13 @@ from .modes import pick
 NOISE_THRESHOLD = 0.10
 #: A fastest sample below this fraction of the median also marks it noisy: most samples were delayed.
 MIN_TO_MEDIAN = 0.5
-#: Samples wanted before a budget may stop the sampling (when they fit in it); also the fewest per side for a
-#: verdict (helpers.verdict), so a measurement the budget allowed is one the verdict can judge.
-MIN_SAMPLES = 5
+#: Samples wanted before a budget may stop the sampling (when they fit in it); also the fewest rounds a paired
+#: verdict decides from (helpers.verdict): 6 is the smallest count whose order-statistic interval for a median
+#: reaches 95 % coverage (with 5 it is 93.75 %), so a measurement the budget allowed is one the verdict can judge.
+MIN_SAMPLES = 6
+#: The fewest rounds a comparison (:func:`interleaved`) takes: at 10 the 95 % sign-test interval runs from the
+#: 2nd to the 9th per-round ratio, so one outlying round (a page-fault storm, another program) cannot decide.
+MIN_ROUNDS = 10
 #: A table (``compare``) whose rows are noisy in more than this share says so once.
 MOSTLY_NOISY = 0.5
 #: Default time budget per measurement, in seconds: (quick mode, full mode).
@@ -116,8 +120,11 @@ class Measurement:
     ``items`` is how many inputs one call processes (the batch size), for throughput.
     ``budget`` is the time budget it ran under (None: unlimited); ``budget_limited`` is True when the budget
     cut it below :data:`MIN_SAMPLES` samples (a call too long for it). ``load`` is how busy the machine was
-    while the samples were taken (:class:`helpers.device.Load` as a dict). ``group`` is shared by
-    measurements taken interleaved (:func:`interleaved`): their samples are paired by position.
+    while the samples were taken (:class:`helpers.device.Load` as a dict). ``session`` names the timing session
+    the samples come from: every :func:`benchmark` call is a session of its own, and the candidates of one
+    :func:`interleaved` run share one, their samples paired by round. :func:`helpers.verdict.verdict` compares
+    two measurements of one session round by round, and refuses to decide between two sessions unless told why
+    independent samples are right (None: samples typed in or converted, of no known session).
     """
 
     samples: tuple[float, ...]
@@ -130,7 +137,7 @@ class Measurement:
     budget: float | None = None
     budget_limited: bool = False
     load: dict[str, Any] | None = None
-    group: str | None = None
+    session: str | None = None
     cache_flushed: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -303,51 +310,6 @@ class Measurement:
         return data
 
 
-def noise_note(measurements: Sequence[Measurement]) -> str | None:
-    """One line for a table whose rows are mostly noisy (more than :data:`MOSTLY_NOISY` of them), saying why
-    and what to do; None otherwise. :func:`compare` prints it under its table."""
-    check_measurements("measurements", measurements, allow_empty=True)
-    noisy = [m for m in measurements if m.noisy]
-    if not measurements or len(noisy) <= MOSTLY_NOISY * len(measurements):
-        return None
-    busy = next((m for m in noisy if m.busy), None)
-    why = (
-        Load(**{k: v for k, v in busy.load.items() if k != "busy"}).reason()
-        if busy is not None
-        else "their samples spread widely"
-    )
-    return (
-        f"⚠ {len(noisy)} of {len(measurements)} rows are noisy ({why}): {_ADVICE}; until then, read the "
-        "comparisons as uncertain."
-    )
-
-
-def sweep_warning(xs: Sequence[Any], measurements: Sequence[Measurement], increasing: bool = True) -> str | None:
-    """For a sweep whose time should grow with ``xs`` (more work per call): one line naming the steps where it
-    fell instead, decided by :func:`helpers.verdict.verdict` (so noise is not called a drop); None when the
-    sweep behaves. Usually a busy machine: a delayed small size, or a large one that ran alone."""
-    from .verdict import verdict
-
-    check_measurements("measurements", measurements)
-    if isinstance(xs, (str, bytes)) or not hasattr(xs, "__len__"):
-        raise TypeError(f"xs must be a list of sweep values (one per measurement), got {type(xs).__name__}.")
-    if len(xs) != len(measurements):
-        raise ValueError(f"xs has {len(xs)} values but there are {len(measurements)} measurements; pass one each.")
-    drops = []
-    for (x0, m0), (x1, m1) in itertools.pairwise(zip(xs, measurements, strict=True)):
-        v = verdict(m1, m0)
-        if (v.outcome == "faster") if increasing else (v.outcome == "slower"):
-            drops.append(f"{x0} → {x1} ({v.ratio:.2f}× less time)" if increasing else f"{x0} → {x1}")
-    if not drops:
-        return None
-    busy = any(m.busy for m in measurements)
-    return (
-        f"⚠ the time fell where more work should take longer: {', '.join(drops)}; "
-        + ("the machine was busy during the sweep — " if busy else "likely another program took CPU time — ")
-        + f"{_ADVICE}."
-    )
-
-
 def _infer_device(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> torch.device:
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
@@ -490,15 +452,13 @@ def benchmark(
             estimate = min(estimate, seconds)
         flusher = _CacheFlusher(dev) if flush_cache else None
         remaining = limit - (time.perf_counter() - begin)
-        fits = max(1, math.floor(remaining / (MIN_SAMPLES * max(estimate, 1e-9)))) if math.isfinite(limit) else None
+        asked = 1 if flusher is not None else number
+        planned = plan([estimate], remaining, min_sample_time=min_sample_time, number=asked)
         meta: dict[str, Any] = {}
-        if flusher is not None:
-            number = 1
-        elif number is None:
-            number = min(max(1, math.ceil(min_sample_time / max(estimate, 1e-9))), fits or 1_000_000, 1_000_000)
-        elif fits is not None and number > fits:  # an explicit number never runs past the budget either
-            meta["number_asked"], number = number, fits
-        samples, timer = _take_samples(call, dev, number, repeats, limit, begin, estimate, flusher)
+        if asked is not None and planned.numbers[0] < asked:  # an explicit number never runs past the budget
+            meta["number_asked"] = asked
+        number = planned.numbers[0]
+        samples, timer = _take_samples(call, dev, number, min(repeats, planned.rounds), limit, begin, flusher)
     return Measurement(
         samples=tuple(samples),
         label=label,
@@ -510,36 +470,82 @@ def benchmark(
         budget=budget,
         budget_limited=len(samples) < min(MIN_SAMPLES, repeats),
         load=meter.stop().to_dict(),
+        session=new_session("benchmark"),
         cache_flushed=flusher is not None,
         meta=meta,
     )
+
+
+def new_session(kind: str) -> str:
+    """A fresh timing-session name (``'benchmark-…'``, ``'interleaved-…'``): unique within and across runs."""
+    return f"{kind}-{time.time_ns()}-{next(_SESSIONS)}"
+
+
+_SESSIONS = itertools.count()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`plan` decided: ``numbers[i]`` calls per sample of candidate ``i``, and how many rounds (one
+    sample of every candidate each) fit the time left (``math.inf`` without a budget)."""
+
+    numbers: tuple[int, ...]
+    rounds: float
+    seconds_per_round: float
+
+
+def plan(
+    estimates: Sequence[float],
+    remaining: float,
+    *,
+    min_sample_time: float = 1e-3,
+    number: int | None = None,
+    min_rounds: int = MIN_SAMPLES,
+) -> Plan:
+    """The one rule for how many calls a sample holds and how many samples fit, used by :func:`benchmark` (one
+    candidate) and :func:`interleaved` (several), on the CPU and on a GPU alike — as ``blocked_autorange``
+    sizes its blocks and ``do_bench`` its repeats from a warm-up estimate.
+
+    ``estimates`` are each candidate's seconds per call (from warm-up), ``remaining`` the seconds of budget left
+    (``math.inf``: none). A sample repeats the call until it lasts ``min_sample_time`` (so the timer's
+    resolution does not matter), or ``number`` times when given, but never so many that ``min_rounds``
+    rounds of every candidate would not fit: each candidate gets an equal share of a round. ``rounds`` is how
+    many rounds fit at those counts (it may be below ``min_rounds`` when one call is too slow: the
+    caller decides whether to stop there or to take the time the minimum needs)."""
+    share = remaining / (min_rounds * len(estimates))  # seconds each candidate may spend on one sample
+    numbers = []
+    for estimate in estimates:
+        estimate = max(estimate, 1e-9)
+        wanted = number if number is not None else max(1, math.ceil(min_sample_time / estimate))
+        fits = max(1, math.floor(share / estimate)) if math.isfinite(share) else 1_000_000
+        numbers.append(min(wanted, fits, 1_000_000))
+    per_round = sum(max(e, 1e-9) * n for e, n in zip(estimates, numbers, strict=True))
+    rounds = math.floor(remaining / per_round) if math.isfinite(remaining) else math.inf
+    return Plan(numbers=tuple(numbers), rounds=max(rounds, 0), seconds_per_round=per_round)
 
 
 def _take_samples(
     call: Callable[[], Any],
     dev: torch.device,
     number: int,
-    repeats: int,
+    count: float,
     limit: float,
     begin: float,
-    estimate: float,
     flusher: _CacheFlusher | None,
 ) -> tuple[list[float], str]:
-    """Step 3 of :func:`benchmark`: up to ``repeats`` samples of ``number`` calls, until the next one would
-    not fit in the budget (``limit`` seconds after ``begin``). Returns the samples and the timer used."""
-    samples: list[float] = []
+    """Step 3 of :func:`benchmark`: ``count`` samples (at least one) of ``number`` calls, as :func:`plan` fitted
+    them to the budget. On the CPU a sample that would end after the budget (``limit`` seconds after
+    ``begin``) is not taken: a guard against an estimate that was too low, not a second rule."""
+    count = max(1, int(min(count, 1_000_000)))
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         if dev.type == "cuda":
-            # As triton's do_bench: the count that fits the budget is fixed from the warm-up's estimate, and the
-            # samples are queued back to back (a sync per sample would idle the GPU between samples).
-            remaining = limit - (time.perf_counter() - begin)
-            if math.isfinite(remaining):
-                repeats = max(1, min(repeats, math.floor(remaining / max(estimate * number, 1e-9))))
+            # As triton's do_bench: the samples are queued back to back between CUDA events (a sync per sample
+            # would idle the GPU between samples).
             events = []
             with torch.cuda.device(dev):  # events are recorded on this device's current stream
-                for _ in range(repeats):
+                for _ in range(count):
                     if flusher is not None:
                         flusher()
                     start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -550,7 +556,10 @@ def _take_samples(
                     events.append((start_event, end_event))
             torch.cuda.synchronize(dev)
             return [s.elapsed_time(e) / 1e3 / number for s, e in events], "cuda events"
-        for _ in range(repeats):
+        samples: list[float] = []
+        for _ in range(count):
+            if samples and time.perf_counter() - begin + samples[-1] * number > limit:
+                break  # the next sample would not fit
             if flusher is not None:
                 flusher()
                 sync(dev)
@@ -558,10 +567,7 @@ def _take_samples(
             for _ in range(number):
                 call()
             sync(dev)
-            elapsed = time.perf_counter() - start
-            samples.append(elapsed / number)
-            if time.perf_counter() - begin + elapsed > limit:  # the next sample would not fit
-                break
+            samples.append((time.perf_counter() - start) / number)
         return samples, "perf_counter"
     finally:
         if gc_was_enabled:
@@ -579,78 +585,62 @@ def interleaved(
     items: int | Mapping[str, int] | None = None,
     inference_mode: bool = False,
 ) -> dict[str, Measurement]:
-    """Time several candidates *alternately*: round after round, one sample of each, the order rotating, so
-    drift (a laptop's clock, another program, a warming cache) hits every candidate alike. Returns one
-    :class:`Measurement` per label, sharing a ``group``: :func:`helpers.verdict.verdict` then compares them
-    round by round (paired), which removes the drift that separate cells cannot.
+    """Time several candidates *alternately*, in one session: round after round, one sample of each, the order
+    rotating, so drift (a laptop's clock, another program, a warming cache) hits every candidate alike. Returns
+    one :class:`Measurement` per label, all of one ``session``: :func:`helpers.verdict.verdict` then compares
+    them round by round (paired), which removes the drift that separate cells cannot.
+    :func:`helpers.verdict.time_together` wraps this with the verdicts and a table.
 
     ``candidates`` maps a label to a zero-argument callable (``lambda: model(x)``). Each first call is timed
-    apart, each candidate gets its own ``number`` calls per sample, and ``budget`` (default: the per-
-    measurement budget times the number of candidates) bounds the warm-up (a quarter of it) and all rounds.
-    Every sample is synchronised and timed with ``perf_counter`` (on a GPU too: a round must end before the
-    next candidate starts), so compare interleaved measurements with each other, not with ``benchmark``'s.
+    apart; warm-up takes at most a quarter of ``budget`` (default: the per-measurement budget times the number
+    of candidates); :func:`plan` then sizes each candidate's sample and the rounds. **Every candidate gets at
+    least** :data:`MIN_ROUNDS` **rounds** (so one outlying round cannot decide a verdict): where a call is too
+    slow for that inside the budget, the rounds take the time they need and ``meta['over_budget_s']`` says by
+    how much (the table of :func:`helpers.verdict.time_together` prints it) — shrink the work if that is long.
+    ``repeats`` is the most rounds taken (at least :data:`MIN_ROUNDS`). Every sample is synchronised and timed with
+    ``perf_counter`` (on a GPU too: a round must end before the next candidate starts), so compare interleaved
+    measurements with each other, not with ``benchmark``'s.
     """
     if not isinstance(candidates, Mapping) or len(candidates) < 2:
         raise ValueError("interleaved() needs a dict of at least two labelled callables: {'eager': lambda: ..., ...}.")
     for name, fn in candidates.items():
         check_callable(f"candidates[{name!r}]", fn, "map each label to a zero-argument callable.")
     check_int("warmup", warmup, 0, hint="use 0 to skip warm-up.")
-    check_int("repeats", repeats, 1, hint="the number of rounds (20 or more for a stable median).")
+    check_int("repeats", repeats, MIN_ROUNDS, hint=f"the most rounds: at least {MIN_ROUNDS} (20 is usual).")
     check_number("min_sample_time", min_sample_time, positive=True, hint="pass seconds, e.g. 1e-3.")
     budget = default_budget() * len(candidates) if budget == "default" else budget
     check_number("budget", budget, positive=True, allow_none=True, hint="pass seconds for all rounds, or None.")
     labels = list(candidates)
-    if isinstance(items, Mapping):
-        per_item = {name: items.get(name) for name in labels}
-    else:
-        per_item = dict.fromkeys(labels, items)
+    per_item = (
+        {name: items.get(name) for name in labels} if isinstance(items, Mapping) else dict.fromkeys(labels, items)
+    )
     for name, value in per_item.items():
         if value is not None:
             check_int(f"items[{name!r}]", value, 1, hint="pass the batch size, or None.")
     dev = choose_device(device)
     limit = math.inf if budget is None else float(budget)
-    first, estimate, number = {}, {}, {}
     meter = LoadMeter()
-    gc_was_enabled = gc.isenabled()
     with _autograd(inference_mode):
-        for name in labels:
-            first[name], _ = timed_call(candidates[name], device=dev)
+        first = {name: timed_call(candidates[name], device=dev)[0] for name in labels}
         begin = time.perf_counter()
+        estimate = dict(first)
         for name in labels:
-            estimate[name] = first[name]
             for _ in range(warmup):
                 if time.perf_counter() - begin + estimate[name] > limit / 4:
                     break
-                seconds, _ = timed_call(candidates[name], device=dev)
-                estimate[name] = min(estimate[name], seconds)
-        remaining = limit - (time.perf_counter() - begin)
-        for name in labels:  # MIN_SAMPLES rounds must fit in the budget: each candidate's share of it
-            fits = (
-                max(1, math.floor(remaining / (len(labels) * MIN_SAMPLES * max(estimate[name], 1e-9))))
-                if math.isfinite(limit)
-                else 1_000_000
-            )
-            number[name] = min(max(1, math.ceil(min_sample_time / max(estimate[name], 1e-9))), fits)
-        per_round = sum(estimate[n] * number[n] for n in labels)
-        samples: dict[str, list[float]] = {n: [] for n in labels}
-        gc.disable()
-        try:
-            for r in range(repeats):
-                if r and time.perf_counter() - begin + per_round > limit:
-                    break
-                for name in labels[r % len(labels) :] + labels[: r % len(labels)]:
-                    fn, n = candidates[name], number[name]
-                    sync(dev)
-                    start = time.perf_counter()
-                    for _ in range(n):
-                        fn()
-                    sync(dev)
-                    samples[name].append((time.perf_counter() - start) / n)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
+                estimate[name] = min(estimate[name], timed_call(candidates[name], device=dev)[0])
+        planned = plan(
+            [estimate[n] for n in labels],
+            limit - (time.perf_counter() - begin),
+            min_sample_time=min_sample_time,
+            min_rounds=MIN_ROUNDS,
+        )
+        number = dict(zip(labels, planned.numbers, strict=True))
+        samples = _rounds(candidates, labels, number, dev, repeats, limit, begin)
     load = meter.stop().to_dict()
-    group = f"interleaved-{time.time_ns()}"
+    spent = time.perf_counter() - begin
+    meta = {"over_budget_s": spent - limit} if spent > limit and planned.rounds < MIN_ROUNDS else {}
+    session = new_session("interleaved")
     return {
         name: Measurement(
             samples=tuple(samples[name]),
@@ -661,12 +651,47 @@ def interleaved(
             items=per_item[name],
             budget=budget,
             timer="perf_counter (interleaved)",
-            budget_limited=len(samples[name]) < min(MIN_SAMPLES, repeats),
             load=load,
-            group=group,
+            session=session,
+            meta=dict(meta),
         )
         for name in labels
     }
+
+
+def _rounds(
+    candidates: Mapping[str, Callable[[], Any]],
+    labels: list[str],
+    number: Mapping[str, int],
+    dev: torch.device,
+    repeats: int,
+    limit: float,
+    begin: float,
+) -> dict[str, list[float]]:
+    """The rounds of :func:`interleaved`: the first :data:`MIN_ROUNDS` always, then more while the next round
+    (as long as the last one took) fits the budget, up to ``repeats``."""
+    samples: dict[str, list[float]] = {n: [] for n in labels}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        last = 0.0
+        for r in range(repeats):
+            if r >= MIN_ROUNDS and time.perf_counter() - begin + last > limit:
+                break
+            started = time.perf_counter()
+            for name in labels[r % len(labels) :] + labels[: r % len(labels)]:
+                fn, n = candidates[name], number[name]
+                sync(dev)
+                start = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                sync(dev)
+                samples[name].append((time.perf_counter() - start) / n)
+            last = time.perf_counter() - started
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return samples
 
 
 @dataclass(frozen=True)
@@ -730,47 +755,3 @@ def fit_to_budget(
         last = size
     fits = [s for s, t in timed.items() if t <= limit]
     return Probe(size=max(fits) if fits else None, timed=timed, predicted=predicted, limit=limit)
-
-
-def compare(measurements: Sequence[Measurement], baseline: int | str | None = 0) -> Any:
-    """A table (pandas DataFrame) of measurements, each judged against ``baseline`` (an index or a label;
-    ``None`` for a table of unrelated workloads) by :func:`helpers.verdict.verdict`: the speed-up (ratio of
-    medians), its interval and the verdict (faster, slower, within noise, too few samples). Prints one line
-    under the table when most rows are noisy."""
-    import pandas as pd
-
-    from .verdict import verdict
-
-    check_measurements("measurements", measurements)
-    if baseline is None:
-        base = None
-    elif isinstance(baseline, str):
-        labels = [m.label for m in measurements]
-        if baseline not in labels:
-            raise ValueError(f"baseline {baseline!r} is not one of the labels {labels}.")
-        base = measurements[labels.index(baseline)]
-    else:
-        index_ok = isinstance(baseline, int) and not isinstance(baseline, bool)
-        if not index_ok or not -len(measurements) <= baseline < len(measurements):
-            raise ValueError(f"baseline={baseline} is not an index of the {len(measurements)} measurements.")
-        base = measurements[baseline]
-    rows = []
-    for m in measurements:
-        row = {
-            "variant": m.label,
-            "median": format_seconds(m.median),
-            "IQR": format_seconds(m.iqr),
-            "p95": format_seconds(m.p95),
-            "first call": format_seconds(m.first_call) if m.first_call is not None else "",
-            "noisy": "⚠" if m.noisy else "",
-        }
-        if base is not None:
-            v = verdict(m, base)
-            row["speed-up"] = round(v.ratio, 2) if m is not base else 1.0
-            row["interval"] = f"{v.low:.2f}–{v.high:.2f}" if m is not base and math.isfinite(v.low) else ""
-            row["verdict"] = "baseline" if m is base else v.outcome
-        rows.append(row)
-    note = noise_note(measurements)
-    if note:
-        print(note)
-    return pd.DataFrame(rows).set_index("variant")

@@ -30,13 +30,14 @@ from helpers import (
     memory,
     models,
     oom,
+    opcount,
     plotting,
     results,
     roofline,
     timing,
 )
 from helpers.timing import Measurement
-from helpers.verdict import verdict, winner
+from helpers.verdict import compare, noise_note, sweep_warning, verdict, winner
 
 HELPERS = str(Path(__file__).resolve().parents[1] / "helpers")
 NAN, INF = float("nan"), float("inf")
@@ -112,9 +113,9 @@ def _cases():
         ),
         (timing.benchmark, (torch.relu, torch.ones(2)), {"repeats": 5, "number": 1}, {"fn": "callable"}),
         (timing.timed_call, (torch.relu, torch.ones(2)), {}, {"fn": "callable", "device": "device"}),
-        (timing.compare, ([M, M2],), {}, {"measurements": "measurements"}),
-        (timing.noise_note, ([M, M2],), {}, {"measurements": "measurements+"}),
-        (timing.sweep_warning, ([1, 2], [M, M2]), {}, {"xs": "batches", "measurements": "measurements"}),
+        (compare, ([M, M2],), {}, {"measurements": "measurements"}),
+        (noise_note, ([M, M2],), {}, {"measurements": "measurements+"}),
+        (sweep_warning, ([1, 2], [M, M2]), {}, {"xs": "batches", "measurements": "measurements"}),
         (
             timing.interleaved,
             ({"a": lambda: None, "b": lambda: None},),
@@ -269,7 +270,7 @@ def _cases():
         ),
         (plotting.roofline, (_rf(),), {}, {"rf": "roofline"}),
         # doctor and harness
-        (doctor.count_ops, (torch.relu, torch.ones(2)), {}, {"fn": "callable"}),
+        (opcount.count_ops, (torch.relu, torch.ones(2)), {}, {"fn": "callable"}),
         (
             doctor.diagnose,
             (torch.relu, torch.ones(2, 3), _rf()),

@@ -3,7 +3,7 @@ import pytest
 import torch
 from conftest import one_line
 
-from helpers import batching
+from helpers import batching, oom
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64]
 
@@ -52,7 +52,7 @@ def test_oom_safe_search_with_a_simulated_limit():
         if b > limit:
             raise torch.OutOfMemoryError(f"simulated OOM at {b}")
 
-    result = batching.largest_fitting_batch(try_batch)
+    result = oom.largest_fitting_batch(try_batch)
     assert result.largest == limit and not result.hit_limit
     assert seen[:11] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]  # doubling, then bisection
     assert len(seen) <= 11 + 10
@@ -74,24 +74,24 @@ def test_memory_is_freed_after_the_failed_attempt_is_dropped(monkeypatch):
             raise torch.OutOfMemoryError("simulated")
 
     monkeypatch.setattr(oom, "free_memory", lambda device=None: alive_at_free.append(refs[-1]() is not None))
-    batching.largest_fitting_batch(try_batch, limit=2)
+    oom.largest_fitting_batch(try_batch, limit=2)
     assert alive_at_free == [False]  # the failed attempt's tensor was already released when memory was freed
 
 
 def test_oom_search_stops_at_the_limit_and_propagates_other_errors():
-    assert batching.largest_fitting_batch(lambda b: None, limit=100).largest == 100
+    assert oom.largest_fitting_batch(lambda b: None, limit=100).largest == 100
     with pytest.raises(ValueError, match="real bug"):
-        batching.largest_fitting_batch(lambda b: (_ for _ in ()).throw(ValueError("real bug")))
+        oom.largest_fitting_batch(lambda b: (_ for _ in ()).throw(ValueError("real bug")))
     with pytest.raises(RuntimeError, match="does not fit"):
-        batching.largest_fitting_batch(lambda b: (_ for _ in ()).throw(torch.OutOfMemoryError("x")))
+        oom.largest_fitting_batch(lambda b: (_ for _ in ()).throw(torch.OutOfMemoryError("x")))
 
 
 def test_memory_cap_turns_measured_peaks_into_oom():
-    capped = batching.memory_capped(lambda b: 1000 * b, cap_bytes=50_000)
+    capped = oom.memory_capped(lambda b: 1000 * b, cap_bytes=50_000)
     assert capped(50) == 50_000
     with pytest.raises(torch.OutOfMemoryError):
         capped(51)
-    assert batching.largest_fitting_batch(capped).largest == 50
+    assert oom.largest_fitting_batch(capped).largest == 50
 
 
 def test_latency_model_interpolates_and_extrapolates():

@@ -47,26 +47,26 @@ def tiny_ops(x):
 
 def test_count_ops_counts_ops_flops_and_bytes():
     w = torch.randn(64, 32)
-    counts = doctor.count_ops(lambda x: torch.relu(x @ w), torch.randn(8, 64))
+    counts = opcount.count_ops(lambda x: torch.relu(x @ w), torch.randn(8, 64))
     assert counts.ops == 2 and counts.by_op == {"mm": 1, "relu": 1}
     assert counts.flops == 2 * 8 * 64 * 32 + 8 * 32  # matmul + one per relu output
     assert counts.bytes == 4 * ((8 * 64 + 64 * 32 + 8 * 32) + (8 * 32 + 8 * 32))
-    views = doctor.count_ops(lambda x: x.t().reshape(-1), torch.randn(4, 4))
+    views = opcount.count_ops(lambda x: x.t().reshape(-1), torch.randn(4, 4))
     assert views.bytes == 4 * 16 * 2  # the views move nothing; the reshape of a transposed tensor copies it once
     assert counts.kernels == 2 and views.ops > views.kernels == 1  # only the copy runs a kernel
     dst = torch.empty(100)
-    assert doctor.count_ops(lambda x: dst.copy_(x), torch.randn(100)).bytes == 800  # read src, write dst
-    assert doctor.count_ops(lambda x: torch.relu_(x), torch.randn(100)).bytes == 800  # read, write in place
+    assert opcount.count_ops(lambda x: dst.copy_(x), torch.randn(100)).bytes == 800  # read src, write dst
+    assert opcount.count_ops(lambda x: torch.relu_(x), torch.randn(100)).bytes == 800  # read, write in place
     out = torch.empty(100)
-    assert doctor.count_ops(lambda x: torch.add(x, x, out=out), torch.randn(100)).bytes == 800
+    assert opcount.count_ops(lambda x: torch.add(x, x, out=out), torch.randn(100)).bytes == 800
 
 
 def test_count_ops_counts_reads_back_to_python():
     def reads(x):
         return [float(v.sum()) for v in x]
 
-    assert doctor.count_ops(reads, torch.randn(3, 4)).host_reads == 3
-    assert doctor.count_ops(lambda x: x.sum(dim=1), torch.randn(3, 4)).host_reads == 0
+    assert opcount.count_ops(reads, torch.randn(3, 4)).host_reads == 3
+    assert opcount.count_ops(lambda x: x.sum(dim=1), torch.randn(3, 4)).host_reads == 0
 
 
 @pytest.mark.timing
@@ -157,10 +157,10 @@ def test_python_reads_counts_reads_a_cpu_tensor_needs_no_copy_for():
     def per_row(t):
         return [row.sum().item() for row in t] + [float(t.max())]
 
-    assert doctor.python_reads(per_row, x) == {"item": 4, "__float__": 1}
-    assert doctor.python_reads(lambda t: t.sum(dim=1).tolist(), x) == {"tolist": 1}
-    assert doctor.python_reads(lambda t: t * 2, x) == {}
+    assert opcount.python_reads(per_row, x) == {"item": 4, "__float__": 1}
+    assert opcount.python_reads(lambda t: t.sum(dim=1).tolist(), x) == {"tolist": 1}
+    assert opcount.python_reads(lambda t: t * 2, x) == {}
     with pytest.raises(RuntimeError):
-        doctor.python_reads(lambda t: (t.sum().item(), t.reshape(5)), x)
+        opcount.python_reads(lambda t: (t.sum().item(), t.reshape(5)), x)
     after = {name: (name in vars(torch.Tensor), getattr(torch.Tensor, name)) for name in opcount.READ_METHODS}
     assert after == before  # every method restored exactly, after a normal run and after an error

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import one_line
 
-from helpers import fusion, noise
+from helpers import fusion, noise, opcount
 from helpers.models import torchvision_model
 
 
@@ -50,7 +50,7 @@ def test_compiled_without_kernel_profiling_is_refused_with_a_clear_message():
 
 def test_traffic_counts_intermediates_and_the_fused_minimum():
     x = torch.randn(1000)  # 4000 bytes
-    t = fusion.traffic(chain, x)
+    t = opcount.traffic(chain, x)
     assert t.ops == ["mul", "add", "relu", "mul"]
     # each op reads 4000 and writes 4000 (the Python scalars are not tensors in aten's view)
     assert t.unfused == 4 * 8000
@@ -63,7 +63,7 @@ def test_traffic_counts_intermediates_and_the_fused_minimum():
 def test_traffic_follows_composite_ops_into_their_kernels():
     layer = torch.nn.Linear(100, 10)  # linear = a view of the weight (t) + addmm: one op that moves bytes
     x = torch.randn(4, 100)
-    t = fusion.traffic(layer, x)
+    t = opcount.traffic(layer, x)
     assert t.ops == ["addmm"]
     # reads x (1600 B), the weight (4000 B) and the bias (40 B); writes the output (160 B)
     assert t.unfused == t.fused == 1600 + 4000 + 40 + 160 and t.intermediate == 0
@@ -71,7 +71,7 @@ def test_traffic_follows_composite_ops_into_their_kernels():
 
 def test_traffic_of_independent_ops_reads_the_input_once_when_fused():
     x = torch.randn(10, 100)
-    t = fusion.traffic(lambda v: (v.sum(-1), v.amax(-1)), x)
+    t = opcount.traffic(lambda v: (v.sum(-1), v.amax(-1)), x)
     assert t.intermediate == 0
     assert t.fused == 4000 + 2 * 40
     assert t.reread == 4000  # the second op reads x again
@@ -86,11 +86,11 @@ def test_traffic_adds_up_with_in_place_ops_and_residuals():
         out += x  # an in-place add onto a tensor already written, reading the outside input again
         return torch.relu_(out)
 
-    t = fusion.traffic(residual, torch.randn(2, 3, 8, 8))
+    t = opcount.traffic(residual, torch.randn(2, 3, 8, 8))
     assert t.unfused == t.fused + t.intermediate + t.reread
     assert t.reread == 2 * 3 * 8 * 8 * 4  # x: read by the convolution, then again by the residual add
     resnet = torchvision_model("resnet18").eval()
-    big = fusion.traffic(resnet, torch.randn(1, 3, 32, 32))
+    big = opcount.traffic(resnet, torch.randn(1, 3, 32, 32))
     assert big.unfused == big.fused + big.intermediate + big.reread
 
 

@@ -36,7 +36,7 @@ def test_peak_grows_with_the_batch_for_a_real_model():
 
 
 def test_oom_backoff_halves_the_batch_and_keeps_every_output():
-    from helpers.memory import run_with_oom_backoff
+    from helpers.oom import run_with_oom_backoff
 
     calls = []
 
@@ -54,7 +54,7 @@ def test_oom_backoff_halves_the_batch_and_keeps_every_output():
 
 
 def test_oom_backoff_gives_up_with_a_clear_message():
-    from helpers.memory import run_with_oom_backoff
+    from helpers.oom import run_with_oom_backoff
 
     def never_fits(chunk):
         raise torch.OutOfMemoryError("simulated")
@@ -69,7 +69,7 @@ def test_oom_backoff_gives_up_with_a_clear_message():
 
 
 def test_oom_backoff_lets_other_errors_through():
-    from helpers.memory import run_with_oom_backoff
+    from helpers.oom import run_with_oom_backoff
 
     def broken(chunk):
         raise ValueError("a bug, not a memory problem")
@@ -87,7 +87,7 @@ def test_cuda_memory_refuses_a_cpu():
 
 
 def test_with_memory_cap_raises_like_a_full_device_and_otherwise_returns():
-    from helpers.memory import run_with_oom_backoff, with_memory_cap
+    from helpers.oom import run_with_oom_backoff, with_memory_cap
 
     double = with_memory_cap(lambda x: x * 2, cap_bytes=4 * 10 * 4)  # room for a 40-element float32 output
     x = torch.arange(100.0)
@@ -101,7 +101,6 @@ def test_with_memory_cap_raises_like_a_full_device_and_otherwise_returns():
 def test_oom_backoff_frees_after_each_failure_and_halves_the_failed_chunk(monkeypatch):
     import weakref
 
-    from helpers import memory as mem
     from helpers import oom
 
     freed, failed_tensors = [], []
@@ -117,12 +116,12 @@ def test_oom_backoff_frees_after_each_failure_and_halves_the_failed_chunk(monkey
         return chunk + 1
 
     x = torch.arange(19.0)  # chunks of 16 then a short last chunk of 3
-    result = mem.run_with_oom_backoff(limited, x, batch=16)
+    result = oom.run_with_oom_backoff(limited, x, batch=16)
     assert torch.equal(result.outputs, x + 1)
     assert result.retries[:3] == [(16, 8), (8, 4), (4, 2)]
     assert len(freed) == len(result.retries) and all(freed)
     with pytest.raises(ValueError, match="no inputs"):
-        mem.run_with_oom_backoff(limited, torch.empty(0), batch=4)
+        oom.run_with_oom_backoff(limited, torch.empty(0), batch=4)
 
 
 def test_the_snapshot_timeline_follows_allocations_and_frees():

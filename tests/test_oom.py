@@ -9,12 +9,11 @@ from conftest import one_line
 from helpers import batching, memory, oom
 
 
-def test_old_names_are_the_one_implementation():
-    assert batching.largest_fitting_batch is oom.largest_fitting_batch
-    assert batching.FitSearch is oom.FitSearch and batching.memory_capped is oom.memory_capped
-    assert memory.run_with_oom_backoff is oom.run_with_oom_backoff
-    assert memory.free_memory is oom.free_memory and memory.with_memory_cap is oom.with_memory_cap
-    assert memory.BackoffResult is oom.BackoffResult
+def test_each_function_has_one_home():
+    for name in ("largest_fitting_batch", "FitSearch", "memory_capped"):
+        assert not hasattr(batching, name), f"batching.{name}: import it from helpers.oom, its one home"
+    for name in ("run_with_oom_backoff", "free_memory", "with_memory_cap", "BackoffResult"):
+        assert not hasattr(memory, name), f"memory.{name}: import it from helpers.oom, its one home"
 
 
 def test_search_and_backoff_free_through_the_one_rule(monkeypatch):

@@ -78,9 +78,9 @@ def test_waterfall_marks_regressions():
 
 
 def test_waterfall_colours_bars_by_the_verdicts_given():
-    slow = Measurement(samples=tuple(2.0 + 0.01 * i for i in range(10)), label="slow")
-    fast = Measurement(samples=tuple(1.0 + 0.01 * i for i in range(10)), label="fast")
-    same = Measurement(samples=tuple(reversed(slow.samples)), label="same")
+    slow = Measurement(samples=tuple(2.0 + 0.01 * i for i in range(10)), label="slow", session="s")
+    fast = Measurement(samples=tuple(1.0 + 0.01 * i for i in range(10)), label="fast", session="s")
+    same = Measurement(samples=tuple(reversed(slow.samples)), label="same", session="s")
     verdicts = [verdict(fast, slow), verdict(same, slow)]  # the third bar judged against the first, not the second
     fig = plotting.waterfall(["slow", "fast", "same"], [1.0, 2.0, 1.0], verdicts=verdicts)
     colors = [p.get_facecolor()[:3] for p in fig.axes[0].patches]

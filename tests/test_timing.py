@@ -2,11 +2,13 @@ import math
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from conftest import one_line
 
-from helpers.timing import Measurement, benchmark, compare, format_rate, format_seconds
+from helpers.timing import Measurement, benchmark, format_rate, format_seconds
+from helpers.verdict import compare
 
 
 def spin(seconds: float) -> None:
@@ -240,7 +242,7 @@ def test_noise_says_the_machine_was_busy():
 
 
 def test_a_mostly_noisy_table_says_so_once(capsys):
-    from helpers.timing import noise_note
+    from helpers.verdict import noise_note
 
     noisy = [Measurement.from_samples([1.0, 2.0, 1.0, 3.0], label=str(i)) for i in range(3)]
     steady = Measurement.from_samples([1.0, 1.0, 1.0, 1.0], label="ok")
@@ -252,7 +254,7 @@ def test_a_mostly_noisy_table_says_so_once(capsys):
 
 
 def test_sweep_warning_names_a_drop_that_is_beyond_noise():
-    from helpers.timing import sweep_warning
+    from helpers.verdict import sweep_warning
 
     def m(t):
         return Measurement.from_samples(t * (1 + 0.01 * np.sin(np.arange(9))))
@@ -299,15 +301,20 @@ def test_format_rate_and_repr_units():
     assert "conv" in text and "2.00 ms" in text and "first call 1.50 s" in text and "items/s" in text
 
 
-def test_compare_speedups_come_from_medians_and_the_verdict():
-    slow = Measurement.from_samples([2.0, 2.1, 1.9, 2.0, 2.0, 2.05], label="eager")
-    fast = Measurement.from_samples([0.5, 0.51, 0.49, 0.5, 0.5, 0.52], label="compiled")
+def test_compare_judges_one_session_and_refuses_separate_ones():
+    slow = Measurement.from_samples([2.0, 2.1, 1.9, 2.0, 2.0, 2.05], label="eager", session="s")
+    fast = Measurement.from_samples([0.5, 0.51, 0.49, 0.5, 0.5, 0.52], label="compiled", session="s")
     table = compare([slow, fast], baseline="eager")
     assert table.loc["eager", "speed-up"] == 1.0 and table.loc["eager", "verdict"] == "baseline"
-    assert table.loc["compiled", "speed-up"] == 4.0
-    assert table.loc["compiled", "verdict"] == "faster" and "–" in table.loc["compiled", "interval"]
-    few = Measurement.from_samples([0.5, 0.5, 0.5], label="three samples")
-    assert compare([slow, few]).loc["three samples", "verdict"] == "too few samples"
+    assert table.loc["compiled", "speed-up"] == pytest.approx(4.0, rel=0.03)
+    assert table.loc["compiled", "verdict"].endswith("faster") and "–" in table.loc["compiled", "interval"]
+    other = Measurement.from_samples([0.5] * 6, label="another cell")  # another session: not compared
+    row = compare([slow, other]).loc["another cell"]
+    assert row["verdict"] == "separate sessions" and pd.isna(row["speed-up"]) and row["interval"] == ""
+    why = "synthetic independent samples"
+    assert compare([slow, other], independent=why).loc["another cell", "verdict"].endswith("faster")
+    few = Measurement.from_samples([0.5, 0.5, 0.5], label="three samples", session="s")
+    assert compare([slow, few], independent=why).loc["three samples", "verdict"] == "too few samples"
     assert "speed-up" not in compare([slow, fast], baseline=None).columns
     with pytest.raises(ValueError, match="baseline"):
         compare([slow, fast], baseline="missing")
