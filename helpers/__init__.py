@@ -1,18 +1,20 @@
 """Shared helpers for the GPU inference optimization course.
 
-One concept per module: ``device`` (choose, sync, report, CPU features, a busy machine), ``timing``
-(Measurement, the time-budgeted benchmark, interleaved A/B timing, probing a slow case), ``verdict`` (the one
-judge of every comparison: faster, slower, within noise, too few samples), ``roofline`` (this machine's
-limits, measured once and stored), ``opcount`` (the ops, FLOPs and bytes of one eager call), ``doctor`` (which
-regime a model is in), ``fusion`` (kernels, bytes and generated code, eager vs compiled), ``onnxrt`` (ONNX
-export, ONNX Runtime sessions, int8), ``energy`` (joules per call from NVML or RAPL), ``pipeline``
+One concept per module, each function in one home (imports run one way: ``tests/test_imports.py``):
+``device`` (choose, sync, report, CPU features, a busy machine), ``fp32`` (fp32 means fp32: the TF32 switches),
+``timing`` (Measurement, the time-budgeted benchmark, interleaved rounds, the one sample planner, probing a slow
+case), ``verdict`` (the one judge of every comparison, ``time_together`` and its Comparison, tables), ``roofline``
+(this machine's limits, measured once and stored), ``opcount`` (the ops, FLOPs and bytes of one eager call),
+``doctor`` (which regime a model is in), ``fusion`` (kernels and generated code, eager vs compiled), ``onnxrt``
+(ONNX export, ONNX Runtime sessions, int8), ``energy`` (joules per call from NVML or RAPL), ``pipeline``
 (prefetchers: a loader thread, a CUDA side stream), ``profiling`` (start the profiler, traces as data),
 ``harness`` (compare variants: speed, size, memory, accuracy), ``memory`` (peak memory), ``oom`` (surviving
 out-of-memory: free, largest fitting batch, back-off, a simulated cap), ``batching`` (knee, latency target,
-serving simulation), ``llm`` (a small GPT decoder, KV caches, greedy generation), ``results`` (record and
-load), ``plotting`` (one style), ``data`` and ``models`` (the shipped data, the course models, accuracy),
-``modes`` (quick/full), ``checks`` (argument checks, one message shape), ``noise`` (the known-harmless
-warnings, handled in one place; installed on import).
+serving simulation), ``coldstart`` (fresh replica processes), ``serving`` (load generation against a server),
+``llm`` (a small GPT decoder, KV caches, greedy generation), ``llm_serving`` (an LLM engine's schedulers),
+``results`` (record and load), ``plotting`` (one style), ``data`` and ``models`` (the shipped data, the course
+models, accuracy), ``modes`` (quick/full), ``paths`` (the outputs folder, atomic writes), ``checks`` (argument
+checks, one message shape), ``noise`` (the known-harmless warnings, handled in one place; installed on import).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,8 @@ import torch
 
 from .checks import check_callable, check_int, check_number
 from .device import DeviceLike, choose_device, sync
-from .verdict import Verdict
+from .timing import MIN_SAMPLES, Measurement, new_session
+from .verdict import Verdict, verdict
 
 RAPL = "/sys/class/powercap/intel-rapl:0"
 #: Shortest window (seconds) a sample may use: NVML's counter is not refreshed continuously.
@@ -127,7 +128,7 @@ def samples(
     for name, fn in fns.items():
         check_callable(f"fns[{name!r}]", fn)
     check_number("window", window, minimum=MIN_WINDOW, hint=f"NVML's counter needs ≥ {MIN_WINDOW} s windows.")
-    check_int("windows", windows, 1, hint="pass 5 or more to give the verdict enough samples.")
+    check_int("windows", windows, 1, hint=f"pass {MIN_SAMPLES} or more to give the verdict enough samples.")
     if seconds is not None and not isinstance(seconds, dict):
         raise ValueError(f"seconds={seconds!r} is not allowed: pass an empty dict to be filled, or nothing.")
     dev = choose_device(device if device is not None else "cpu")
@@ -152,6 +153,32 @@ def samples(
     return out
 
 
+def judge(
+    per_call: Mapping[str, Sequence[float]],
+    candidate: str,
+    baseline: str,
+    *,
+    items: int = 1,
+    candidate_label: str | None = None,
+    baseline_label: str | None = None,
+) -> Verdict:
+    """The verdict on joules per item of ``candidate`` against ``baseline``, from what :func:`samples` returned:
+    its windows alternate between the candidates, so they are rounds of one session and are compared window by
+    window (paired), as :func:`helpers.verdict.time_together` compares times. ``items`` per call (the batch)."""
+    check_int("items", items, 1, hint="pass the batch size of one call.")
+    for name in (candidate, baseline):
+        if not isinstance(per_call, Mapping) or name not in per_call:
+            raise ValueError(
+                f"{name!r} is not a key of per_call: pass what energy.samples returned and two of its names."
+            )
+    session = new_session("energy")
+    a, b = (
+        Measurement.from_samples([j / items for j in per_call[n]], label=label or n, session=session)
+        for n, label in ((candidate, candidate_label), (baseline, baseline_label))
+    )
+    return verdict(a, b)
+
+
 def sentence(v: Verdict, per: str = "call") -> str:
     """A verdict on joules per ``per`` (candidate vs baseline, smaller wins) in energy words; the interval is of
     the factor the sentence names (less energy: baseline ÷ candidate; more energy: its inverse)."""
@@ -171,4 +198,6 @@ def sentence(v: Verdict, per: str = "call") -> str:
             f"{v.candidate} and {v.baseline} use the same energy per {per} within noise (a {v.ratio:.2f}× "
             f"ratio, {pct} {v.low:.2f}–{v.high:.2f}× includes 1)."
         )
+    if v.outcome == "separate sessions":
+        return f"{v.candidate} and {v.baseline} were measured in separate sessions: use energy.judge on one run."
     return f"too few energy windows to compare {v.candidate} with {v.baseline} ({v.n[0]} and {v.n[1]})."

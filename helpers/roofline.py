@@ -17,7 +17,9 @@ says why in one generated line, never as an achievement.
 **One roofline per machine.** :func:`measure_roofline` stores what it measured, with each roof's spread,
 in ``<outputs>/roofline/<machine_id>.json`` (atomically); :func:`get_roofline` reuses it and re-measures
 only when it is missing, was measured with other settings (torch version, threads, a quick-mode roof in
-full mode), is noisy, or ``refresh=True``. A re-measurement keeps the better value of each roof.
+full mode), is noisy, or ``refresh=True``. A re-measurement replaces a stored roof when it is clean and the
+stored one was noisy, or when both are clean and they disagree beyond their spread (:func:`choose_roof`): a roof
+is a measurement, not a record high that one lucky or noisy reading would fix for good.
 """
 
 from __future__ import annotations
@@ -403,6 +405,7 @@ class Roofline:
     measured_at: str = ""
     remeasures: int = 0
     origin: str = "measured"
+    choices: dict[str, str] = field(default_factory=dict)
 
     def _peak(self, dtype: str) -> float:
         if dtype not in self.peak_flops or not math.isfinite(self.peak_flops[dtype]):
@@ -530,6 +533,7 @@ class Roofline:
             ("spread", dict),
             ("sizes", dict),
             ("sources", dict),
+            ("choices", dict),
             ("cpu_features", dict),
             ("noisy", list),
             ("remeasures", int),
@@ -691,7 +695,8 @@ def _measure(dev: torch.device, dtypes: list[str], parts: set[str]) -> Roofline:
 
 def measure_roofline(device: DeviceLike = None, dtypes: list[str] | None = None, store: bool = True) -> Roofline:
     """Measure every limit above on ``device`` (sizes follow the course mode) and, with ``store``, save it
-    for :func:`get_roofline` (merged with a compatible stored one: each roof keeps its better value)."""
+    for :func:`get_roofline`, merged with a compatible stored one by :func:`choose_roof` (``rf.choices`` says,
+    for each limit, which value was kept and why, and one line per limit prints it)."""
     dev = choose_device(device)
     dtypes = _dtype_list(dtypes, dev)
     rf = _measure(dev, dtypes, {"bandwidth", "dispatch", "h2d"})
@@ -700,6 +705,8 @@ def measure_roofline(device: DeviceLike = None, dtypes: list[str] | None = None,
         if stored is not None and _compatible(stored, dev, rf.mode):
             rf = _merge(stored, rf)
             rf.remeasures = 0 if not rf.noisy else stored.remeasures
+            for name, choice in rf.choices.items():  # which value each roof now holds, and why
+                print(f"roofline: {name}: stored {choice}")
         save_roofline(rf)
     return rf
 
@@ -775,9 +782,45 @@ def _format_limit(name: str, value: float, spread: float | None) -> str:
     return text + (f" (spread {spread:.0%})" if spread is not None and math.isfinite(spread) else "")
 
 
+#: Two clean measurements of one limit agree when they differ by less than their spread, or this fraction.
+AGREE = 0.05
+
+
+def choose_roof(
+    old: float, old_spread: float | None, old_noisy: bool, new: float, new_spread: float | None, new_noisy: bool
+) -> tuple[bool, str]:
+    """Which of two measurements of one limit to store: ``(take the new one, why)``. A roof is a measurement,
+    not a record high: one lucky or noisy reading must not stick. A clean measurement beats a noisy one; of two
+    clean ones the stored one stays unless the new one disagrees beyond their spread (then the machine is not
+    what it was, and the new one replaces it); of two noisy ones, the one with the smaller spread."""
+    if not math.isfinite(new):
+        return False, "nothing new was measured"
+    if not math.isfinite(old):
+        return True, "nothing was stored"
+    if old_noisy != new_noisy:
+        return (
+            (True, "the new one is clean, the stored one was noisy")
+            if old_noisy
+            else (
+                False,
+                "the stored one is clean, the new one is noisy",
+            )
+        )
+    spreads = [s for s in (old_spread, new_spread) if s is not None and math.isfinite(s)]
+    if old_noisy:
+        take = (new_spread or 0.0) < (old_spread if old_spread is not None else math.inf)
+        return take, "both noisy: the one with the smaller spread"
+    differ = abs(new / old - 1)
+    allowed = max([AGREE, *spreads])
+    if differ > allowed:
+        return True, f"both clean, {differ:.0%} apart (beyond the {allowed:.0%} spread): the machine changed"
+    return False, f"both clean and within {allowed:.0%} of each other"
+
+
 def _merge(old: Roofline, new: Roofline) -> Roofline:
-    """Each roof keeps its better value (higher FLOP/s and bandwidth, lower latency) with that value's spread,
-    size, source and noise flag; a limit ``new`` did not measure is taken from ``old``."""
+    """Each limit ``new`` measured is stored or not by :func:`choose_roof` (with its spread, size, source and
+    noise flag); a limit ``new`` did not measure is taken from ``old``. ``new.choices`` records, per limit
+    measured again, which value was kept and why."""
     noisy = set(new.noisy)
 
     def keep_old(name: str) -> None:
@@ -788,18 +831,24 @@ def _merge(old: Roofline, new: Roofline) -> Roofline:
             if name in getattr(old, table):
                 getattr(new, table)[name] = getattr(old, table)[name]
 
-    for name, value in old.peak_flops.items():
-        if math.isfinite(value) and not new.peak_flops.get(name, math.nan) >= value:
-            new.peak_flops[name] = value
+    names = [*old.peak_flops, "bandwidth", "dispatch"]
+    for name in names:
+        old_value, new_value = _limit(old, name), _limit(new, name)
+        take, why = choose_roof(
+            old_value, old.spread.get(name), name in old.noisy, new_value, new.spread.get(name), name in new.noisy
+        )
+        if math.isfinite(new_value) and math.isfinite(old_value):
+            new.choices[name] = ("the new value" if take else "the stored value") + f" ({why})"
+        if not take:
+            if name == "bandwidth":
+                new.bandwidth = old.bandwidth
+            elif name == "dispatch":
+                new.dispatch_latency = old.dispatch_latency
+            else:
+                new.peak_flops[name] = old_value
             keep_old(name)
-    if not new.bandwidth >= old.bandwidth:
-        new.bandwidth = old.bandwidth
-        keep_old("bandwidth")
-    if not new.dispatch_latency <= old.dispatch_latency:
-        new.dispatch_latency = old.dispatch_latency
-        keep_old("dispatch")
     for kind, value in old.h2d_bandwidth.items():
-        new.h2d_bandwidth[kind] = max(value, new.h2d_bandwidth.get(kind, 0.0))
+        new.h2d_bandwidth.setdefault(kind, value)
     new.noisy = sorted(noisy)
     new.mode = "full" if "full" in (old.mode, new.mode) else new.mode
     new.remeasures = old.remeasures
@@ -809,8 +858,8 @@ def _merge(old: Roofline, new: Roofline) -> Roofline:
 def get_roofline(device: DeviceLike = None, dtypes: list[str] | None = None, refresh: bool = False) -> Roofline:
     """This machine's roofline, measured once and reused: the stored one when it covers ``dtypes``, was
     measured with this torch and thread count and at least this mode's sizes, and is not noisy. A noisy one
-    has only its noisy limits measured again (up to :data:`MAX_REMEASURES` times), each keeping its better
-    value; anything else is measured now. Prints one line saying which, so a learner knows where the
+    has only its noisy limits measured again (up to :data:`MAX_REMEASURES` times), each stored or not by
+    :func:`choose_roof`; anything else is measured now. Prints one line saying which, so a learner knows where the
     numbers came from."""
     dev = choose_device(device)
     wanted = _dtype_list(dtypes, dev)
@@ -836,10 +885,9 @@ def get_roofline(device: DeviceLike = None, dtypes: list[str] | None = None, ref
     rf = _merge(stored, again)  # what was not measured again (NaN here) is taken from the stored one
     for name, (old, old_spread) in before.items():
         new, new_spread = after[name]
-        kept = "the new value" if _limit(rf, name) == new and new != old else "the stored value"
         print(
             f"roofline: {name} measured again: {_format_limit(name, new, new_spread)} against the stored "
-            f"{_format_limit(name, old, old_spread)}; kept {kept}, the better one (the table shows it)"
+            f"{_format_limit(name, old, old_spread)}; kept {rf.choices.get(name, 'the stored value')}"
         )
     rf.remeasures = stored.remeasures + 1 if rf.noisy else 0
     save_roofline(rf)

@@ -597,16 +597,17 @@ def interleaved(
     least** :data:`MIN_ROUNDS` **rounds** (so one outlying round cannot decide a verdict): where a call is too
     slow for that inside the budget, the rounds take the time they need and ``meta['over_budget_s']`` says by
     how much (the table of :func:`helpers.verdict.time_together` prints it) — shrink the work if that is long.
-    ``repeats`` is the most rounds taken (at least :data:`MIN_ROUNDS`). Every sample is synchronised and timed with
-    ``perf_counter`` (on a GPU too: a round must end before the next candidate starts), so compare interleaved
-    measurements with each other, not with ``benchmark``'s.
+    ``repeats`` is the most rounds taken (a smaller value still takes :data:`MIN_ROUNDS`). Every sample is
+    synchronised and timed with ``perf_counter`` (on a GPU too: a round must end before the next candidate
+    starts), so compare interleaved measurements with each other, not with ``benchmark``'s.
     """
     if not isinstance(candidates, Mapping) or len(candidates) < 2:
         raise ValueError("interleaved() needs a dict of at least two labelled callables: {'eager': lambda: ..., ...}.")
     for name, fn in candidates.items():
         check_callable(f"candidates[{name!r}]", fn, "map each label to a zero-argument callable.")
     check_int("warmup", warmup, 0, hint="use 0 to skip warm-up.")
-    check_int("repeats", repeats, MIN_ROUNDS, hint=f"the most rounds: at least {MIN_ROUNDS} (20 is usual).")
+    check_int("repeats", repeats, 1, hint=f"the most rounds (20 is usual; {MIN_ROUNDS} are always taken).")
+    repeats = max(repeats, MIN_ROUNDS)
     check_number("min_sample_time", min_sample_time, positive=True, hint="pass seconds, e.g. 1e-3.")
     budget = default_budget() * len(candidates) if budget == "default" else budget
     check_number("budget", budget, positive=True, allow_none=True, hint="pass seconds for all rounds, or None.")

@@ -8,7 +8,9 @@ the roofline the others reuse, as on a learner's first run. Prints one row per n
 within it or not) and the total, and with ``--write`` stores the figures in this machine's
 ``data/reference/<machine_id>.env.json`` (``notebooks.<name>.<mode>_seconds``; the file is created with the
 environment report, CPU features included, when it does not exist), which ``scripts/agenda.py`` turns into
-the README's run-time map. Exits 1 if a notebook failed; a notebook over its target is reported, not failed.
+the README's run-time map. Then it counts the verdicts that did not decide (too few samples, within noise,
+separate sessions) in the executed copies (``scripts/verdict_counts.py``). Exits 1 if a notebook failed; a
+notebook over its target is reported, not failed.
 
 Targets (DESIGN.md §6): quick mode ≤ 60 s per notebook on 2 CPU cores (90 s for the serving and shipping
 notebooks, which start servers or fresh processes) and ≤ 4 min for the eleven notebooks 00–10 together;
@@ -112,6 +114,7 @@ def report(summary: dict, mode: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import full_run
+    import verdict_counts
 
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="course-runtimes-") as tmp:
@@ -131,7 +134,10 @@ def main(argv: list[str] | None = None) -> int:
             run_args += ["--only", *args.only]
         status = full_run.main(run_args)
         summary = json.loads((out / "summary.json").read_text())
+        verdicts = verdict_counts.table(out / "executed")[0] if (out / "executed").is_dir() else ""
     print(report(summary, args.mode))
+    if verdicts:
+        print("verdicts that did not decide (scripts/verdict_counts.py):\n" + verdicts)
     if args.write:
         print(f"run times written to {write_runtimes(summary, args.mode).relative_to(REPO)}")
     return status

@@ -191,3 +191,161 @@ def test_conclusions_come_from_the_verdict_helper(path):
             f"{path.stem} decides comparisons itself; use helpers.verdict.verdict (faster / slower / "
             "within noise / too few samples) instead:\n" + "\n".join(found)
         )
+
+
+# -- one comparison, one session -------------------------------------------------------------------------------
+#
+# A verdict (``helpers.verdict``, ``helpers.compare`` with a baseline, ``winner``) in a notebook cell must judge
+# measurements of one session: a ``time_together`` comparison's methods (``cmp.verdict(...)``, ``cmp.table()``),
+# or the measurements of an ``interleaved``/``time_together`` run taken by subscript (``pair["compiled"]``). Any
+# other call must say why independent samples are right (``independent="each is a fresh process"``).
+
+#: Notebooks whose verdicts still judge measurements of separate cells (measurement core v3). Each notebook issue
+#: converts its notebooks to one-session comparisons and deletes their names here.
+PENDING_SESSIONS: set[str] = {
+    "00_environment",
+    "01_bottlenecks",
+    "02_precision_quantization",
+    "03_batch_sizing",
+    "04_compilation_fusion",
+    "05_onnx_runtime",
+    "06_async_pipelines",
+    "07_memory",
+    "08_profiling",
+    "09_capstone",
+    "10_llm_decoding",
+    "11_shipping",
+    "12_serving",
+    "13_llm_serving",
+}
+
+JUDGES = {"verdict", "compare", "winner"}
+SESSIONS = {"interleaved", "time_together"}
+
+
+def _callee(node: ast.Call) -> str | None:
+    """``verdict`` for ``verdict(...)``, ``helpers.verdict(...)``, ``helpers.verdict.verdict(...)``; None for a
+    method of another object (``cmp.verdict(...)`` is a Comparison's: one session by construction)."""
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "helpers":
+        return func.attr
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) and func.value.attr == "verdict":
+        return func.attr
+    return None
+
+
+def session_names(sources: list[str]) -> set[str]:
+    """Names assigned from an ``interleaved``/``time_together`` call anywhere in the notebook."""
+    names = set()
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _callee(node.value) in SESSIONS:
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def _of_a_session(arg: ast.AST, sessions: set[str]) -> bool:
+    """``pair["eager"]`` or ``cmp.measurements["eager"]`` where ``pair``/``cmp`` came from one session."""
+    if isinstance(arg, ast.Subscript):
+        base = arg.value
+        if isinstance(base, ast.Attribute) and base.attr == "measurements":
+            base = base.value
+        return isinstance(base, ast.Name) and base.id in sessions
+    return False
+
+
+def session_findings(source: str, sessions: set[str]) -> list[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or _callee(node) not in JUDGES:
+            continue
+        keywords = {k.arg: k.value for k in node.keywords}
+        if "independent" in keywords:
+            continue
+        baseline = keywords.get("baseline")
+        if _callee(node) == "compare" and isinstance(baseline, ast.Constant) and baseline.value is None:
+            continue  # a table of unrelated workloads: no verdict
+        args = node.args[:2] if _callee(node) == "verdict" else []
+        if args and all(_of_a_session(a, sessions) for a in args):
+            continue
+        found.append(f"line {node.lineno}: a verdict on measurements of separate sessions: {ast.unparse(node)[:90]}")
+    return found
+
+
+def notebook_session_findings(path: Path) -> list[str]:
+    nb = nbformat.read(path, as_version=4)
+    sources = [c.source for c in nb.cells if c.cell_type == "code"]
+    sessions = session_names(sources)
+    return [
+        f"cell {i} {f}"
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        for f in session_findings(cell.source, sessions)
+    ]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "print(helpers.verdict(m_fast, m_slow))",
+        "v = verdict(a, b)",
+        "display(helpers.compare([m1, m2]))",
+        "best, vs = winner(measurements)",
+        "helpers.verdict.verdict(x, y)",
+        "m = helpers.benchmark(f)\nprint(helpers.verdict(m, other['x']))",
+    ],
+)
+def test_session_rule_catches(code):
+    assert session_findings(code, {"pair"}), f"the rule must refuse: {code}"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "print(cmp.verdict('compiled'))",
+        "display(cmp.table())",
+        "print(helpers.verdict(pair['a'], pair['b']))",
+        "print(helpers.verdict(cmp.measurements['a'], cmp.measurements['b']))",
+        "v = helpers.verdict(cold, warm, independent='each launch is a fresh process')",
+        "helpers.compare([m_digits, m_resnet], baseline=None)",
+        "best, vs = cmp.winner()",
+    ],
+)
+def test_session_rule_leaves_alone(code):
+    assert not session_findings(code, {"pair", "cmp"}), f"the rule must accept: {code}"
+
+
+def test_session_names_come_from_session_calls():
+    assert session_names(["pair = helpers.interleaved({})", "cmp = helpers.time_together({})", "m = f()"]) == {
+        "pair",
+        "cmp",
+    }
+
+
+def test_pending_sessions_names_are_notebooks():
+    assert PENDING_SESSIONS <= {p.stem for p in NOTEBOOKS}, "PENDING_SESSIONS names a notebook that does not exist"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_verdicts_judge_one_session_or_say_why_not(path):
+    found = notebook_session_findings(path)
+    if path.stem in PENDING_SESSIONS:
+        assert found, (
+            f"{path.stem} has no verdict on separate sessions left: remove it from PENDING_SESSIONS in "
+            "tests/test_conclusions.py so the rule keeps it that way"
+        )
+    else:
+        assert not found, (
+            f"{path.stem} judges measurements of separate sessions; time the candidates together "
+            "(helpers.time_together) or pass independent='why' where each sample is its own run:\n" + "\n".join(found)
+        )

@@ -90,10 +90,21 @@ def test_bad_inputs_say_what_to_pass():
 
 
 def test_sentence_speaks_energy():
-    v = verdict([1.0] * 5, [2.0] * 5, candidate_label="compiled", baseline_label="eager")
-    assert energy.sentence(v).startswith("compiled uses 2.00× less energy per call than eager")
-    v = verdict([2.0, 2.1, 1.9, 2.0, 2.05], [1.0, 1.02, 0.98, 1.0, 1.01], candidate_label="x", baseline_label="y")
+    windows = {"compiled": [1.0, 1.01, 0.99, 1.0, 1.02, 0.98], "eager": [2.0, 2.02, 1.98, 2.0, 2.01, 1.99]}
+    v = energy.judge(windows, "compiled", "eager")
+    assert v.paired and energy.sentence(v).startswith("compiled uses 2.00× less energy per call than eager")
+    assert energy.judge(windows, "compiled", "eager", items=2).ratio == pytest.approx(v.ratio)
+    assert "separate sessions" in energy.sentence(verdict(windows["compiled"], windows["eager"]))
+    with pytest.raises(ValueError, match="not a key"):
+        energy.judge(windows, "compiled", "fp32")
+    v = verdict(
+        [2.0, 2.1, 1.9, 2.0, 2.05, 2.02],
+        [1.0, 1.02, 0.98, 1.0, 1.01, 0.99],
+        candidate_label="x",
+        baseline_label="y",
+        independent="synthetic",
+    )
     said = energy.sentence(v, per="inference")
-    assert "2.00× more energy per inference" in said
+    assert f"{1 / v.ratio:.2f}× more energy per inference" in said
     low, high = (float(x) for x in said.split("interval ")[1].rstrip("×).").split("–"))
     assert low <= 2.0 <= high  # the interval is of the factor the sentence names

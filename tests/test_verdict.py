@@ -261,7 +261,9 @@ def test_bad_options_are_refused_in_one_line():
     with pytest.raises(ValueError, match="two labelled callables"):
         interleaved({"a": lambda: None})
     with pytest.raises(ValueError, match="repeats"):
-        interleaved({"a": lambda: None, "b": lambda: None}, repeats=3)
+        interleaved({"a": lambda: None, "b": lambda: None}, repeats=0)
+    asked_three = interleaved({"a": lambda: None, "b": lambda: None}, repeats=3, budget=None)
+    assert asked_three["a"].n == MIN_ROUNDS  # the minimum is taken whatever repeats says
     with pytest.raises(ValueError, match="seed"):
         verdict(samples(1.0), samples(2.0), seed="x")
     with pytest.raises(ValueError, match="items"):
