@@ -205,8 +205,8 @@ def waterfall(
 ) -> Any:
     """Cumulative waterfall: each step's bar shows its value, regressions kept visible (a regression is a
     result too). With ``measurements`` (one timing per step), each bar is coloured by
-    :func:`helpers.verdict.verdict` against the step before: green faster, red slower, grey within noise or
-    too few samples; without them, by the direction of the value alone (and the title says so).
+    :func:`helpers.verdict.verdict` against the step before: green faster, red slower, grey within noise, too few
+    samples or not compared (steps timed in separate sessions: pass paired ``verdicts`` instead); without them, by the direction of the value alone (and the title says so).
     ``verdicts`` (one :class:`helpers.verdict.Verdict` per bar after the first) colours the bars by verdicts
     already taken instead, e.g. paired ones from interleaved timing, or each against the step it builds on."""
     if isinstance(steps, (str, bytes)) or not isinstance(steps, (list, tuple)) or not steps:
@@ -248,7 +248,7 @@ def waterfall(
     ax.set_ylim(top=max(values) * 1.2 if max(values) > 0 else 1.0)  # room for the labels under the title
     ax.set_ylabel(metric)
     legend = (
-        "green faster, red slower, grey within noise of the step before"
+        "green faster, red slower, grey within noise of the step before or not compared"
         if measurements is not None
         else "green faster, red slower, grey within noise, by each step's verdict"
         if verdicts is not None
