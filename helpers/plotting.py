@@ -206,7 +206,8 @@ def waterfall(
     """Cumulative waterfall: each step's bar shows its value, regressions kept visible (a regression is a
     result too). With ``measurements`` (one timing per step), each bar is coloured by
     :func:`helpers.verdict.verdict` against the step before: green faster, red slower, grey within noise, too few
-    samples or not compared (steps timed in separate sessions: pass paired ``verdicts`` instead); without them, by the direction of the value alone (and the title says so).
+    samples or not compared (steps timed in separate sessions: pass paired ``verdicts`` instead); without them,
+    by the direction of the value alone (and the title says so).
     ``verdicts`` (one :class:`helpers.verdict.Verdict` per bar after the first) colours the bars by verdicts
     already taken instead, e.g. paired ones from interleaved timing, or each against the step it builds on."""
     if isinstance(steps, (str, bytes)) or not isinstance(steps, (list, tuple)) or not steps:

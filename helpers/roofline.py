@@ -333,8 +333,9 @@ def h2d_bandwidth(
 
 
 def dispatch_latency(device: DeviceLike = None, repeats: int | None = None) -> tuple[float, Measurement]:
-    """Seconds per tiny op (``torch.add`` of two one-element tensors): pure framework dispatch on a CPU,
-    kernel-launch latency on a GPU. No real work is done, so this is the floor for any single op."""
+    """Seconds per tiny op (``torch.add`` of two one-element tensors, allocating its output): framework dispatch
+    on a CPU, kernel-launch latency on a GPU. No real work is done, so it is the cost of a typical small op — not
+    a strict floor: an op that writes into a preallocated output (``out=``) skips the allocation and can cost less."""
     dev = choose_device(device)
     a, b = torch.zeros(1, device=dev), torch.ones(1, device=dev)
     repeats = repeats if repeats is not None else pick(10, 30)

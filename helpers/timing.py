@@ -342,6 +342,13 @@ def timed_call(
     return time.perf_counter() - start, result
 
 
+def cache_flusher(device: DeviceLike = None) -> Callable[[], None]:
+    """A call that overwrites a buffer twice the size of the device's last cache (a GPU's L2, a CPU's last
+    level), as ``triton.testing.do_bench`` does before each sample: pass it as a candidate's ``setup`` to
+    :func:`interleaved` / :func:`helpers.verdict.time_together`, so that candidate is timed with cold caches."""
+    return _CacheFlusher(choose_device(device))
+
+
 class _CacheFlusher:
     """Overwrites a buffer twice the size of the device's last cache (the GPU's L2, the CPU's last level) before
     each sample, as ``triton.testing.do_bench`` does, so memory-bound work smaller than the cache is timed cold."""
@@ -584,6 +591,7 @@ def interleaved(
     budget: float | None | str = "default",
     items: int | Mapping[str, int] | None = None,
     inference_mode: bool = False,
+    setup: Mapping[str, Callable[[], Any]] | None = None,
 ) -> dict[str, Measurement]:
     """Time several candidates *alternately*, in one session: round after round, one sample of each, the order
     rotating, so drift (a laptop's clock, another program, a warming cache) hits every candidate alike. Returns
@@ -600,6 +608,9 @@ def interleaved(
     ``repeats`` is the most rounds taken (a smaller value still takes :data:`MIN_ROUNDS`). Every sample is
     synchronised and timed with ``perf_counter`` (on a GPU too: a round must end before the next candidate
     starts), so compare interleaved measurements with each other, not with ``benchmark``'s.
+    ``setup`` maps a label to a call made before each of that candidate's samples, outside the timed region
+    (e.g. :func:`cache_flusher`'s, so the call is timed with cold caches); such a candidate takes one call per
+    sample.
     """
     if not isinstance(candidates, Mapping) or len(candidates) < 2:
         raise ValueError("interleaved() needs a dict of at least two labelled callables: {'eager': lambda: ..., ...}.")
@@ -612,6 +623,11 @@ def interleaved(
     budget = default_budget() * len(candidates) if budget == "default" else budget
     check_number("budget", budget, positive=True, allow_none=True, hint="pass seconds for all rounds, or None.")
     labels = list(candidates)
+    setup = dict(setup or {})
+    for name, fn in setup.items():
+        if name not in candidates:
+            raise ValueError(f"setup names {name!r}, which is not a candidate: one of {labels}.")
+        check_callable(f"setup[{name!r}]", fn, "map a label to a zero-argument call made before each sample.")
     per_item = (
         {name: items.get(name) for name in labels} if isinstance(items, Mapping) else dict.fromkeys(labels, items)
     )
@@ -636,8 +652,8 @@ def interleaved(
             min_sample_time=min_sample_time,
             min_rounds=MIN_ROUNDS,
         )
-        number = dict(zip(labels, planned.numbers, strict=True))
-        samples = _rounds(candidates, labels, number, dev, repeats, limit, begin)
+        number = {n: 1 if n in setup else k for n, k in zip(labels, planned.numbers, strict=True)}
+        samples = _rounds(candidates, labels, number, dev, repeats, limit, begin, setup)
     load = meter.stop().to_dict()
     spent = time.perf_counter() - begin
     meta = {"over_budget_s": spent - limit} if spent > limit and planned.rounds < MIN_ROUNDS else {}
@@ -668,6 +684,7 @@ def _rounds(
     repeats: int,
     limit: float,
     begin: float,
+    setup: Mapping[str, Callable[[], Any]],
 ) -> dict[str, list[float]]:
     """The rounds of :func:`interleaved`: the first :data:`MIN_ROUNDS` always, then more while the next round
     (as long as the last one took) fits the budget, up to ``repeats``."""
@@ -682,6 +699,8 @@ def _rounds(
             started = time.perf_counter()
             for name in labels[r % len(labels) :] + labels[: r % len(labels)]:
                 fn, n = candidates[name], number[name]
+                if name in setup:
+                    setup[name]()
                 sync(dev)
                 start = time.perf_counter()
                 for _ in range(n):

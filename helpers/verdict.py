@@ -49,7 +49,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .checks import check_int, check_number
-from .device import DeviceLike, Load
+from .device import Load
 from .timing import (
     _ADVICE,
     MIN_ROUNDS,
@@ -475,6 +475,14 @@ def compare(
     return pd.DataFrame(rows).set_index("variant")
 
 
+def _per_item(m: Measurement) -> Measurement:
+    if m.items is None:
+        raise ValueError(f"{m.label!r} has no items: pass items= to time_together to judge time per item.")
+    return Measurement.from_samples(
+        [s / m.items for s in m.samples], label=m.label, items=1, device=m.device, session=m.session
+    )
+
+
 @dataclass(frozen=True)
 class Comparison:
     """The candidates of one comparison, timed together in one session (:func:`time_together`): every number a
@@ -502,9 +510,14 @@ class Comparison:
             raise KeyError(f"{label!r} is not a candidate of this comparison: one of {self.labels}.")
         return self.measurements[label]
 
-    def verdict(self, candidate: str, against: str | None = None, **kwargs: Any) -> Verdict:
-        """The paired verdict of ``candidate`` against ``against`` (default: the baseline)."""
-        return verdict(self[candidate], self[against or self.baseline], **kwargs)
+    def verdict(self, candidate: str, against: str | None = None, *, per_item: bool = False, **kwargs: Any) -> Verdict:
+        """The paired verdict of ``candidate`` against ``against`` (default: the baseline). ``per_item=True``
+        judges time per item (each sample divided by its candidate's ``items``), for candidates of different
+        batch sizes."""
+        a, b = self[candidate], self[against or self.baseline]
+        if per_item:
+            a, b = (_per_item(m) for m in (a, b))
+        return verdict(a, b, **kwargs)
 
     def speedup(self, candidate: str, against: str | None = None) -> float:
         """Baseline time / candidate time, the median of the per-round ratios (the verdict's ``ratio``)."""
@@ -540,32 +553,14 @@ class Comparison:
 
 
 def time_together(
-    candidates: Mapping[str, Callable[[], Any]],
-    *,
-    baseline: str | None = None,
-    device: DeviceLike = None,
-    warmup: int = 3,
-    repeats: int = 20,
-    min_sample_time: float = 1e-3,
-    budget: float | None | str = "default",
-    items: int | Mapping[str, int] | None = None,
-    inference_mode: bool = False,
+    candidates: Mapping[str, Callable[[], Any]], *, baseline: str | None = None, **options: Any
 ) -> Comparison:
     """Time every candidate of one comparison together — alternately, round by round, in one session — and
     return the :class:`Comparison` (measurements, paired verdicts, table). ``baseline`` is the label the others
     are judged against (default: the first). Every candidate gets at least :data:`helpers.timing.MIN_ROUNDS`
-    rounds, so one outlying round cannot decide. The
-    other arguments are :func:`helpers.timing.interleaved`'s."""
+    rounds, so one outlying round cannot decide. ``options`` are :func:`helpers.timing.interleaved`'s: ``device``,
+    ``warmup``, ``repeats``, ``min_sample_time``, ``budget``, ``items``, ``inference_mode``, ``setup``."""
     if isinstance(candidates, Mapping) and baseline is not None and baseline not in candidates:
         raise ValueError(f"baseline {baseline!r} is not one of the candidates {list(candidates)}.")
-    measured = interleaved(
-        candidates,
-        device=device,
-        warmup=warmup,
-        repeats=repeats,
-        min_sample_time=min_sample_time,
-        budget=budget,
-        items=items,
-        inference_mode=inference_mode,
-    )
+    measured = interleaved(candidates, **options)
     return Comparison(measurements=measured, baseline=baseline if baseline is not None else next(iter(measured)))

@@ -178,19 +178,18 @@ def test_pending_names_are_notebooks():
     assert PENDING <= {p.stem for p in NOTEBOOKS}, "PENDING names a notebook that does not exist"
 
 
+def check_pending(path: Path, found: list[str], pending: set[str], name: str, advice: str) -> None:
+    """A pending notebook must still have a finding (the list cannot go stale); any other must have none."""
+    if path.stem in pending:
+        assert found, f"{path.stem} has no finding left: remove it from {name} in tests/test_conclusions.py"
+    else:
+        assert not found, f"{path.stem} {advice}:\n" + "\n".join(found)
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_conclusions_come_from_the_verdict_helper(path):
-    found = notebook_findings(path)
-    if path.stem in PENDING:
-        assert found, (
-            f"{path.stem} has no finding left: remove it from PENDING in tests/test_conclusions.py so "
-            "the rule keeps it that way"
-        )
-    else:
-        assert not found, (
-            f"{path.stem} decides comparisons itself; use helpers.verdict.verdict (faster / slower / "
-            "within noise / too few samples) instead:\n" + "\n".join(found)
-        )
+    advice = "decides comparisons itself; use helpers.verdict (faster / slower / within noise / too few samples)"
+    check_pending(path, notebook_findings(path), PENDING, "PENDING", advice)
 
 
 # -- one comparison, one session -------------------------------------------------------------------------------
@@ -203,10 +202,7 @@ def test_conclusions_come_from_the_verdict_helper(path):
 #: Notebooks whose verdicts still judge measurements of separate cells (measurement core v3). Each notebook issue
 #: converts its notebooks to one-session comparisons and deletes their names here.
 PENDING_SESSIONS: set[str] = {
-    "00_environment",
-    "01_bottlenecks",
     "02_precision_quantization",
-    "03_batch_sizing",
     "04_compilation_fusion",
     "05_onnx_runtime",
     "06_async_pipelines",
@@ -338,14 +334,8 @@ def test_pending_sessions_names_are_notebooks():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_verdicts_judge_one_session_or_say_why_not(path):
-    found = notebook_session_findings(path)
-    if path.stem in PENDING_SESSIONS:
-        assert found, (
-            f"{path.stem} has no verdict on separate sessions left: remove it from PENDING_SESSIONS in "
-            "tests/test_conclusions.py so the rule keeps it that way"
-        )
-    else:
-        assert not found, (
-            f"{path.stem} judges measurements of separate sessions; time the candidates together "
-            "(helpers.time_together) or pass independent='why' where each sample is its own run:\n" + "\n".join(found)
-        )
+    advice = (
+        "judges measurements of separate sessions; time the candidates together (helpers.time_together) or "
+        "pass independent='why' where each sample is its own run"
+    )
+    check_pending(path, notebook_session_findings(path), PENDING_SESSIONS, "PENDING_SESSIONS", advice)

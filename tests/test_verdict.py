@@ -268,3 +268,41 @@ def test_bad_options_are_refused_in_one_line():
         verdict(samples(1.0), samples(2.0), seed="x")
     with pytest.raises(ValueError, match="items"):
         interleaved({"a": lambda: None, "b": lambda: None}, items=0)
+
+
+def test_a_setup_call_runs_before_each_sample_of_its_candidate_untimed():
+    calls = []
+    ms = interleaved(
+        {"plain": lambda: calls.append("plain"), "after setup": lambda: calls.append("timed")},
+        setup={"after setup": lambda: (calls.append("setup"), time.sleep(0.02))},
+        warmup=0,
+        budget=None,
+        min_sample_time=1e-3,
+    )
+    timed = [i for i, c in enumerate(calls) if c == "timed"][1:]  # after the first call, each follows its setup
+    assert all(calls[i - 1] == "setup" for i in timed) and ms["after setup"].number == 1
+    assert ms["after setup"].median < 0.01, "the setup's 20 ms are outside the timed region"
+    with pytest.raises(ValueError, match="not a candidate"):
+        interleaved({"a": lambda: None, "b": lambda: None}, setup={"c": lambda: None})
+
+
+def test_cache_flusher_is_a_call():
+    from helpers.timing import cache_flusher
+
+    flush = cache_flusher("cpu")
+    flush()
+    assert callable(flush)
+
+
+def test_a_comparison_judges_time_per_item_across_batch_sizes():
+    x = np.arange(40_000, dtype=np.float64)
+    cmp = time_together(
+        {"batch 4": lambda: np.sort(x), "batch 1": lambda: np.sort(x[:10_000])},
+        items={"batch 4": 4, "batch 1": 1},
+        budget=1.0,
+    )
+    per_call, per_item = cmp.verdict("batch 4", "batch 1"), cmp.verdict("batch 4", "batch 1", per_item=True)
+    assert per_call.slower and per_item.paired and per_item.ratio > per_call.ratio
+    no_items = time_together({"a": lambda: None, "b": lambda: None}, budget=0.2)
+    with pytest.raises(ValueError, match="items"):
+        no_items.verdict("a", per_item=True)
