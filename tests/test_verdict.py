@@ -286,12 +286,14 @@ def test_a_setup_call_runs_before_each_sample_of_its_candidate_untimed():
         interleaved({"a": lambda: None, "b": lambda: None}, setup={"c": lambda: None})
 
 
-def test_cache_flusher_is_a_call():
+def test_cache_flusher_overwrites_twice_the_last_cache():
+    from helpers.device import last_level_cache_bytes
     from helpers.timing import cache_flusher
 
     flush = cache_flusher("cpu")
     flush()
-    assert callable(flush)
+    assert flush.nbytes >= min(2 * (last_level_cache_bytes() or 64 * 2**20), 512 * 2**20)  # twice the last cache
+    assert int(flush.buffer.abs().sum()) == 0  # it really overwrote the buffer
 
 
 def test_a_comparison_judges_time_per_item_across_batch_sizes():
