@@ -13,7 +13,8 @@ from .checks import check_callable, check_int, check_tensor
 from .device import DeviceLike, choose_device
 from .memory import peak_allocated_bytes
 from .models import accuracy
-from .timing import Measurement, benchmark, timed_call
+from .timing import timed_call
+from .verdict import Comparison
 
 
 def model_size_bytes(model: torch.nn.Module) -> int:
@@ -64,6 +65,13 @@ def predict(
     return torch.cat(outs)
 
 
+def is_compiled(fn: Any) -> bool:
+    """Whether ``fn`` runs compiled code: a ``torch.compile`` module (it has ``_orig_mod``) or a function that
+    says so with ``fn.compiled = True`` (a closure around a compiled module, e.g. one that patches Inductor's
+    settings for each call)."""
+    return hasattr(fn, "_orig_mod") or getattr(fn, "compiled", False) is True
+
+
 def evaluate(
     name: str,
     fn: Callable[[torch.Tensor], torch.Tensor],
@@ -75,16 +83,20 @@ def evaluate(
     reference_logits: torch.Tensor,
     prepare: Callable[[torch.Tensor], torch.Tensor] | None = None,
     device: DeviceLike = None,
-    repeats: int = 10,
-) -> tuple[dict[str, Any], Measurement]:
-    """Evaluate one variant: accuracy and agreement first, then latency/throughput, size and peak memory.
+) -> tuple[dict[str, Any], Callable[[], Any]]:
+    """Check one variant before anything is timed: its first call, accuracy, agreement with the fp32 logits,
+    size and peak memory. Returns the row and ``call``, the zero-argument call on ``bench_input`` that
+    :func:`helpers.time_together` then times together with the other variants (one session, so the verdicts
+    are paired); :func:`timing_columns` turns that comparison into the table's timing columns.
 
     ``fn`` takes a batch (already on the device); ``prepare`` converts the fp32 batch for it (``.half()`` …);
     ``model`` is what is measured for size (None when the variant is not a module, e.g. an ONNX session).
     The very first call, on ``bench_input``, is timed apart as ``first_call_s`` (for a compiled ``fn`` it
     includes compilation); accuracy (:func:`helpers.models.accuracy`) is then computed in batches of the same
-    shape, so nothing recompiles.
+    shape, so nothing recompiles. On a CPU, peak memory is ``None`` for a compiled ``fn`` (:func:`is_compiled`):
+    the tracker sees eager aten ops only, and a compiled graph's buffers are invisible to it.
     """
+    check_callable("fn", fn, hint="pass the variant: a model or a function from a batch to logits")
     dev = choose_device(device)
     x = prepare(bench_input) if prepare else bench_input
 
@@ -96,20 +108,38 @@ def evaluate(
     logits = predict(fn, test_images, batch_size=len(bench_input), prepare=prepare, pad=True)
     top1 = accuracy(fn, test_images, test_labels, logits=logits)  # scores the logits just computed
     agree = agreement(reference_logits, logits)
-    m = benchmark(call, label=name, device=dev, repeats=repeats, items=len(bench_input))
     row = {
         "variant": name,
         "accuracy": top1,
         **agree,
-        "median_s": m.median,
-        "iqr_s": m.iqr,
-        "items_per_s": m.throughput,
         "first_call_s": first_call,
         "size_bytes": model_size_bytes(model) if model is not None else None,
-        # On a CPU the tracker sees eager aten ops only: a compiled graph's memory is not visible to it.
-        "peak_mem_bytes": None if dev.type != "cuda" and hasattr(fn, "_orig_mod") else peak_allocated_bytes(call, dev),
+        "peak_mem_bytes": None if dev.type != "cuda" and is_compiled(fn) else peak_allocated_bytes(call, dev),
     }
-    return row, m
+    return row, call
+
+
+def timing_columns(comparison: Comparison) -> Any:
+    """One row per candidate of ``comparison`` (from :func:`helpers.time_together`), indexed by label, with the
+    numbers a variant table needs: ``median_s``, ``iqr_s``, ``items_per_s``, ``samples``, ``noisy``, and, against
+    the comparison's baseline, ``speed-up`` (the paired verdict's ratio), its ``interval`` and the ``verdict``."""
+    import pandas as pd
+
+    if not isinstance(comparison, Comparison):
+        raise TypeError(
+            f"timing_columns() needs a Comparison (helpers.time_together), got {type(comparison).__name__}."
+        )
+    rows = {}
+    for label in comparison.labels:
+        m = comparison[label]
+        row = {"median_s": m.median, "iqr_s": m.iqr, "items_per_s": m.throughput, "samples": m.n, "noisy": m.noisy}
+        if label == comparison.baseline:
+            row.update({"speed-up": 1.0, "interval": "", "verdict": "baseline"})
+        else:
+            v = comparison.verdict(label)
+            row.update({"speed-up": v.ratio, "interval": f"{v.low:.2f}–{v.high:.2f}", "verdict": v.short()})
+        rows[label] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
 
 
 def pareto_front(

@@ -527,9 +527,15 @@ class Comparison:
         """Each candidate but the baseline, against the baseline."""
         return {label: self.verdict(label) for label in self.labels if label != self.baseline}
 
-    def winner(self) -> tuple[str, list[Verdict]]:
-        """The fastest candidate (round by round) and its verdicts against each other one."""
-        best, against = winner(list(self.measurements.values()))
+    def winner(self, among: Sequence[str] | None = None) -> tuple[str, list[Verdict]]:
+        """The fastest candidate (round by round) and its verdicts against each other one; ``among`` limits the
+        choice to some labels (e.g. the variants within an accuracy tolerance)."""
+        labels = self.labels if among is None else list(among)
+        for label in labels:
+            self[label]  # a KeyError that names the candidates, for a label that is not one
+        if len(labels) == 1:
+            return labels[0], []
+        best, against = winner([self.measurements[label] for label in labels])
         return best.label, against
 
     @property

@@ -6,6 +6,8 @@ import torch
 from helpers import harness, models
 from helpers.data import load_digits
 from helpers.models import digits_classifier
+from helpers.timing import MIN_ROUNDS
+from helpers.verdict import time_together
 
 
 def test_model_size_counts_what_is_shipped():
@@ -26,18 +28,19 @@ def test_agreement():
         harness.agreement(ref, ref[:1])
 
 
-def test_evaluate_fp32_and_bf16_on_the_digits():
+def test_evaluate_checks_fp32_and_bf16_then_time_together_times_them():
     model = digits_classifier("cpu")
     x, y = load_digits("test")
     ref = harness.predict(model, x)
-    row, m = harness.evaluate(
-        "fp32", model, model=model, bench_input=x[:64], test_images=x, test_labels=y, reference_logits=ref, repeats=3
+    row, call = harness.evaluate(
+        "fp32", model, model=model, bench_input=x[:64], test_images=x, test_labels=y, reference_logits=ref
     )
     assert row["accuracy"] >= 0.95 and row["top1_agreement"] == 1.0 and row["max_abs_diff"] == 0.0
     assert row["accuracy"] == models.accuracy(model, x, y)  # the one definition of accuracy
-    assert row["size_bytes"] > 100_000 and m.items == 64 and row["items_per_s"] > 0
+    assert row["size_bytes"] > 100_000 and row["first_call_s"] > 0 and "median_s" not in row  # nothing timed yet
+    torch.testing.assert_close(call(), model(x[:64]))  # the call times the variant on the benchmark batch
     bf16 = copy.deepcopy(model).bfloat16()
-    row, _ = harness.evaluate(
+    row16, call16 = harness.evaluate(
         "bf16",
         bf16,
         model=bf16,
@@ -46,10 +49,28 @@ def test_evaluate_fp32_and_bf16_on_the_digits():
         test_labels=y,
         reference_logits=ref,
         prepare=lambda t: t.bfloat16(),
-        repeats=3,
     )
-    assert row["accuracy"] >= 0.93 and row["top1_agreement"] >= 0.95 and 0 < row["max_abs_diff"] < 1.0
-    assert row["peak_mem_bytes"] > 0
+    assert row16["accuracy"] >= 0.93 and row16["top1_agreement"] >= 0.95 and 0 < row16["max_abs_diff"] < 1.0
+    assert row16["peak_mem_bytes"] > 0
+    cmp = time_together({"fp32": call, "bf16": call16}, items=64, budget=0.5)
+    cols = harness.timing_columns(cmp)
+    assert list(cols.index) == ["fp32", "bf16"] and cols.loc["fp32", "verdict"] == "baseline"
+    assert cols.loc["bf16", "speed-up"] == cmp.speedup("bf16") and cols.loc["bf16", "samples"] >= MIN_ROUNDS
+    assert cols.loc["bf16", "verdict"] == cmp.verdict("bf16").short() and cols.loc["fp32", "items_per_s"] > 0
+    with pytest.raises(TypeError, match="Comparison"):
+        harness.timing_columns({"fp32": cmp["fp32"]})
+
+
+def test_a_compiled_closure_is_known_as_compiled():
+    model = torch.nn.Linear(4, 4)
+
+    def run(x):
+        return model(x)
+
+    assert not harness.is_compiled(model) and not harness.is_compiled(run)
+    run.compiled = True
+    assert harness.is_compiled(run)
+    assert harness.is_compiled(torch.compile(model))
 
 
 def test_predict_pads_the_last_batch_to_one_shape():

@@ -225,6 +225,10 @@ def test_time_together_returns_every_number_from_one_session():
     assert v.paired and v.ratio == cmp.speedup("fast") and cmp.verdicts() == {"fast": v}
     best, against = cmp.winner()
     assert best == "fast" and against[0].paired
+    assert cmp.winner(among=["slow"]) == ("slow", [])  # the only allowed candidate wins without a verdict
+    assert cmp.winner(among=["slow", "fast"])[0] == "fast"
+    with pytest.raises(KeyError, match="not a candidate"):
+        cmp.winner(among=["slow", "nope"])
     table = cmp.table()
     assert table.loc["slow", "verdict"] == "baseline" and table.loc["fast", "verdict"] == v.short()
     with pytest.raises(KeyError, match="not a candidate"):
