@@ -13,6 +13,8 @@ import numpy as np
 import torch
 
 from .checks import check_callable, check_int, check_ints, check_number, check_numbers
+from .timing import MIN_SAMPLES, Measurement, new_session
+from .verdict import Comparison
 
 
 def _check_curve(batches: Sequence[int], values: Sequence[float], name: str) -> None:
@@ -335,3 +337,66 @@ def simulate_server(
         free_at, i = done, j
     span = max(free_at - arrivals[0], math.ulp(1.0))
     return ServingResult(rate, max_batch, timeout, latencies, np.asarray(sizes), n_requests / span)
+
+
+def p99_over_seeds(
+    rate: float,
+    max_batches: Sequence[int],
+    timeout: float | Sequence[float],
+    service: Callable[[int], float],
+    n_requests: int | Callable[[int], int] = 5000,
+    seeds: int = 10,
+) -> tuple[Comparison | None, list[int]]:
+    """Simulate each stable ``max_batches`` setting on the same ``seeds`` arrival traces (seed ``s`` draws the
+    same arrivals and service draws for every setting: common random numbers) and keep each run's p99 latency.
+    Returns a :class:`helpers.verdict.Comparison` whose candidates are ``"max batch N"`` and whose rounds are
+    the seeds, so its verdicts pair two settings trace by trace (``meta`` holds the max batch, the timeout and
+    the mean batch formed), and the settings that cannot keep up with ``rate`` (None for the comparison when
+    none can). ``timeout`` may be one value per max batch, and ``n_requests`` a function of the max batch (a large
+    batch needs more requests to fill many times). Labels are ``"timeout <seconds>"`` instead when every setting
+    has the same max batch and the timeouts differ."""
+    check_number("rate", rate, positive=True, hint="pass the arrival rate in requests per second, e.g. 100")
+    check_ints("max_batches", list(max_batches), hint="pass the max batch sizes to simulate, e.g. [1, 8, 64]")
+    check_int("seeds", seeds, minimum=MIN_SAMPLES, hint=f"pass how many arrival traces (at least {MIN_SAMPLES})")
+    timeouts = [timeout] * len(max_batches) if isinstance(timeout, int | float) else list(timeout)
+    if len(timeouts) != len(max_batches):
+        raise ValueError(f"pass one timeout, or one per max batch ({len(max_batches)}), not {len(timeouts)}.")
+    check_numbers("timeout", timeouts, minimum=0, hint="pass how long (seconds) the oldest request may wait")
+    count = n_requests if callable(n_requests) else (lambda _mb: n_requests)
+    by_timeout = len(set(max_batches)) == 1 and len(set(timeouts)) == len(timeouts) > 1
+    session = new_session("serving-simulation")
+    measured, unstable = {}, []
+    for mb, wait in zip(max_batches, timeouts, strict=True):
+        if not is_stable(rate, mb, service):
+            unstable.append(int(mb))
+            continue
+        runs = [simulate_server(rate, mb, wait, service, n_requests=count(mb), seed=s).row() for s in range(seeds)]
+        label = f"timeout {wait:.3g} s" if by_timeout else f"max batch {mb}"
+        measured[label] = Measurement.from_samples(
+            [r["p99 latency"] for r in runs],
+            label=label,
+            session=session,
+            timer="simulation (p99 per arrival trace)",
+            meta={
+                "max_batch": int(mb),
+                "timeout": float(wait),
+                "mean_batch": float(np.mean([r["mean batch"] for r in runs])),
+            },
+        )
+    if not measured:
+        return None, unstable
+    return Comparison(measurements=measured, baseline=next(iter(measured))), unstable
+
+
+def tied_settings(comparison: Comparison) -> tuple[int, list[int]]:
+    """From :func:`p99_over_seeds`'s comparison: the max batch with the lowest median p99 over the traces, and
+    every max batch whose paired verdict against it (trace by trace) is undecided: its p99 is within the noise
+    of the arrival traces, smallest first. Any tied setting is as good as the best here; the smallest waits
+    least and needs the least memory."""
+    if not isinstance(comparison, Comparison):
+        raise TypeError(f"tied_settings() needs p99_over_seeds()'s Comparison, got {type(comparison).__name__}.")
+    best = min(comparison.labels, key=lambda label: comparison[label].median)
+    tied = [best] + [
+        label for label in comparison.labels if label != best and not comparison.verdict(label, against=best).decided
+    ]
+    return comparison[best].meta["max_batch"], sorted(comparison[label].meta["max_batch"] for label in tied)

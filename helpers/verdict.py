@@ -514,6 +514,10 @@ class Comparison:
         """The paired verdict of ``candidate`` against ``against`` (default: the baseline). ``per_item=True``
         judges time per item (each sample divided by its candidate's ``items``), for candidates of different
         batch sizes."""
+        if candidate == (against or self.baseline):
+            raise ValueError(
+                f"{candidate!r} against itself: name another candidate as against= (one of {self.labels})."
+            )
         a, b = self[candidate], self[against or self.baseline]
         if per_item:
             a, b = (_per_item(m) for m in (a, b))

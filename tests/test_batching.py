@@ -198,3 +198,37 @@ def test_padded_sampled_latency_charges_a_partial_batch_its_bucket():
     assert plain(6) == pytest.approx(4e-3)  # not padded: interpolated
     result = batching.simulate_server(300, 8, 1e-3, sampled, n_requests=500)
     assert result.latencies.min() >= 1e-3 - 1e-12
+
+
+def test_p99_over_seeds_pairs_settings_on_the_same_traces_and_ties_what_it_cannot_tell_apart():
+    batches = [1, 2, 4, 8, 16, 32]
+    service = batching.latency_model(batches, [1e-3 * (1 + b / 8) for b in batches])
+    rate = 0.5 * 32 / service(32)  # half the capacity of full batches of 32
+    cmp, unstable = batching.p99_over_seeds(rate, batches, 2e-3, service, n_requests=2000, seeds=6)
+    assert unstable and max(unstable) < min(cmp[label].meta["max_batch"] for label in cmp.labels)
+    assert all(cmp[label].n == 6 for label in cmp.labels)
+    assert len({cmp[label].session for label in cmp.labels}) == 1  # one session: the seeds are its rounds
+    again, _ = batching.p99_over_seeds(rate, batches, 2e-3, service, n_requests=2000, seeds=6)
+    assert [cmp[label].samples for label in cmp.labels] == [again[label].samples for label in again.labels]
+    best, tied = batching.tied_settings(cmp)
+    assert best in tied and tied == sorted(tied)
+    # every tied setting is within the noise of the best; every other one is decided against it
+    decided = {cmp[v.baseline].meta["max_batch"] for v in cmp.winner()[1] if v.decided}
+    assert decided.isdisjoint(tied) and decided | set(tied) == {cmp[label].meta["max_batch"] for label in cmp.labels}
+    with pytest.raises(ValueError, match="at least"):
+        batching.p99_over_seeds(rate, batches, 2e-3, service, seeds=2)
+    with pytest.raises(TypeError, match="Comparison"):
+        batching.tied_settings({"max batch 1": cmp[cmp.labels[0]]})
+    none, all_unstable = batching.p99_over_seeds(1e9, [1, 2], 0.0, service, seeds=6)
+    assert none is None and all_unstable == [1, 2]
+
+
+def test_p99_over_seeds_compares_timeouts_at_one_max_batch():
+    batches = [1, 2, 4, 8]
+    service = batching.latency_model(batches, [1e-3 * (1 + b / 8) for b in batches])
+    cmp, unstable = batching.p99_over_seeds(50.0, [8, 8, 8], [0.0, 1e-3, 1e-2], service, n_requests=1000, seeds=6)
+    assert not unstable and cmp.labels == ["timeout 0 s", "timeout 0.001 s", "timeout 0.01 s"]
+    assert [cmp[label].meta["timeout"] for label in cmp.labels] == [0.0, 1e-3, 1e-2]
+    assert cmp.verdict("timeout 0.01 s").slower  # waiting 10 ms for company at a light load only adds latency
+    with pytest.raises(ValueError, match="one per max batch"):
+        batching.p99_over_seeds(50.0, [8, 8], [0.0, 1e-3, 1e-2], service, seeds=6)

@@ -233,6 +233,8 @@ def test_time_together_returns_every_number_from_one_session():
     assert table.loc["slow", "verdict"] == "baseline" and table.loc["fast", "verdict"] == v.short()
     with pytest.raises(KeyError, match="not a candidate"):
         cmp["missing"]
+    with pytest.raises(ValueError, match="against itself"):
+        cmp.verdict("slow")  # the baseline against the baseline: a mistake, not a tie
     with pytest.raises(ValueError, match="baseline"):
         time_together({"a": lambda: None, "b": lambda: None}, baseline="c")
 
@@ -311,4 +313,4 @@ def test_a_comparison_judges_time_per_item_across_batch_sizes():
     assert per_call.slower and per_item.paired and per_item.ratio > per_call.ratio
     no_items = time_together({"a": lambda: None, "b": lambda: None}, budget=0.2)
     with pytest.raises(ValueError, match="items"):
-        no_items.verdict("a", per_item=True)
+        no_items.verdict("b", per_item=True)
