@@ -1,15 +1,19 @@
 """The bottleneck doctor: given a model (or any callable) and an example input, run three simple tests and
 say which regime it is in, with the evidence.
 
-1. **Batch doubling, twice** (Horace He's test): time the call at batch B, 2B and 4B. If the time doubles,
-   the work per item is what costs. If it barely grows, either the call is *overhead-bound* (dispatch,
-   launches, Python) or its time goes to something a bigger batch shares, such as reading the weights. When
-   the two doublings disagree (one flat, one not), the verdict says so: a busy machine, or a kernel switch
-   between the sizes.
+1. **Batch doubling, twice** (Horace He's test): time the call at batch B, 2B and 4B, together, round by round
+   (:func:`helpers.verdict.time_together`), and judge each doubling with paired verdicts (:func:`doubling`):
+   *free* (no more time), *shared* (more time, less per item), *proportional* (the same time per item: the work
+   per item is what costs) or *more per item* (a different kernel or thread split at the bigger size). A batch
+   normally costs more per item as the machine fills up; when the doublings break that order, the sentence says
+   so: each is decided beyond the noise of rounds a busy moment would have hit alike, so the change is real.
 2. **Arithmetic intensity against the machine balance**: FLOPs (``torch.utils.flop_counter`` for matmuls
    and convolutions, plus an estimate of one FLOP per output element for every other op) over the bytes
    each op reads and writes in eager mode (every aten op's tensor inputs and outputs; views move nothing),
-   all counted by :func:`helpers.opcount.count_ops` (its ``"per-op"`` byte rule).
+   all counted by :func:`helpers.opcount.count_ops` (its ``"per-op"`` byte rule). When the call runs a fused
+   op with matrix products inside that ``FlopCounterMode`` has no formula for (PyTorch's fast-path transformer
+   and attention kernels, RNNs, int8 matmuls), the count is incomplete, and the doctor says so and does not
+   place the call against the ridge point: the regime is *undetermined* unless overhead decides it.
    Below the ridge point: *memory-bound*; above: *compute-bound*. **The memory roof is cache-aware**: when
    the call's working set (its weights and buffers, its input and its output) fits in the last cache before
    main memory (``rf.cache_bytes``), the bandwidth that applies is the cache's, measured here with a copy of
@@ -18,11 +22,12 @@ say which regime it is in, with the evidence.
    over the measured time; and the **overhead share**. On a GPU it is measured on the model itself: the
    profiler's kernel time over the wall time of the same calls (the GPU idles while the CPU prepares and
    launches each op: Horace He's "look for gaps" test). Elsewhere it is ops per call × this machine's cost
-   of dispatching the tiniest op (a lower bound: a module call costs more than a 1-element add). When the
-   overhead share is half the time, or the work explains under a quarter of it *and* the time does not grow
-   with the batch (for a cache-resident call: does not clearly grow at both doublings), the call is
-   overhead-bound: fewer, bigger ops (batching, fusion, CUDA graphs) will help
-   more than anything else. When the work explains little but the time does grow with the batch, the
+   of a typical small op (``rf.dispatch_latency``). When the overhead share is half the time, or the work
+   explains under a quarter of it *and* the time grows less than the batch at both doublings (for a
+   cache-resident call: does not grow in proportion at both), the call is overhead-bound. Where dispatch
+   explains it, fewer ops (fusion, CUDA graphs) help; where dispatch is a small share, the fixed cost is
+   something else every call pays (a per-call weight reorder, a slow small-batch kernel), and only a bigger
+   batch shares it. When the work explains little but the time does grow with the batch, the
    kernels themselves are inefficient for these shapes: the verdict follows the intensity and says so.
 
 Use it on your own model: ``diagnose(model, example_input, rf)`` with ``rf = roofline.measure_roofline()``.
@@ -41,10 +46,16 @@ from .device import DeviceLike, choose_device
 from .modes import pick
 from .opcount import OpCount, count_ops
 from .roofline import Roofline, memory_bandwidth
-from .timing import Measurement, benchmark
+from .timing import Measurement
+from .verdict import Comparison, time_together
 
-#: time(2B) / time(B) below this: a bigger batch is almost free (overhead, or shared weight reads).
-FLAT_GROWTH = 1.3
+#: How :func:`doubling` words each outcome, in the doctor's sentences.
+DOUBLING_WORDS = {
+    "free": "no more time, within the noise",
+    "shared": "more time, but less per item",
+    "proportional": "the same time per item, within the noise",
+    "more per item": "more time per item",
+}
 #: ops × dispatch latency above this share of the time: overhead-bound.
 OVERHEAD_SHARE = 0.5
 #: the work at the roofs would take less than this share of the measured time: overhead-bound.
@@ -75,6 +86,7 @@ class Diagnosis:
     memory_roof: float = float("nan")  # the bandwidth judged against: main memory's, or the cache's
     cache_resident: bool = False
     overhead_source: str = "dispatch"  # "profiler" (GPU: idle share measured on the model) or "dispatch"
+    doublings: tuple[str, str] = ("", "")  # each doubling's verdict: see :func:`doubling`
 
     def row(self) -> dict[str, Any]:
         """One line of a comparison table."""
@@ -84,6 +96,8 @@ class Diagnosis:
             "median": self.time.median,
             "time ×, batch ×2": round(self.growth, 2),
             "and ×2 again": round(self.growth_again, 2),
+            "doublings": " / ".join(self.doublings),
+            "FLOPs counted": "all" if self.counts.flops_complete else "incomplete",
             "ops/call": self.counts.ops,
             "overhead share": round(self.dispatch_share, 2),
             "working set MiB": round(self.working_set_bytes / 2**20, 2),
@@ -97,6 +111,20 @@ class Diagnosis:
 
     def explain(self) -> str:
         return f"batch {self.batch}: {self.regime}-bound. " + " ".join(self.reasons)
+
+
+def doubling(sizes: Comparison, small: str, big: str) -> str:
+    """How the time of ``big`` (twice the batch of ``small``, both candidates of one session) grew, judged by
+    paired verdicts: ``"free"`` (the call takes no more time, within the noise), ``"shared"`` (more time, but
+    less per item: a cost the batch shares), ``"proportional"`` (the same time per item, within the noise: the
+    work per item is what costs), or ``"more per item"`` (each item costs more at the bigger batch: a different
+    kernel or thread split at that size)."""
+    if not sizes.verdict(big, against=small).slower:
+        return "free"
+    per_item = sizes.verdict(big, against=small, per_item=True)
+    if per_item.faster:
+        return "shared"
+    return "more per item" if per_item.slower else "proportional"
 
 
 def _double_batch(x: torch.Tensor, batch_dim: int) -> torch.Tensor:
@@ -169,12 +197,23 @@ def diagnose(
         with torch.inference_mode():
             return model(x)
 
-    t1 = benchmark(call, example, label=f"batch {batch}", device=dev, repeats=repeats, items=batch)
-    t2 = benchmark(call, doubled, label=f"batch {2 * batch}", device=dev, repeats=repeats, items=2 * batch)
     quadrupled = _double_batch(doubled, batch_dim)
-    t4 = benchmark(call, quadrupled, label=f"batch {4 * batch}", device=dev, repeats=repeats, items=4 * batch)
-    growth, growth2 = t2.median / t1.median, t4.median / t2.median
-    counts = count_ops(model, example)
+    inputs = {batch: example, 2 * batch: doubled, 4 * batch: quadrupled}
+    labels = {b: f"batch {b}" for b in inputs}
+    # the three sizes timed together, round by round: each doubling is judged by paired verdicts, not by a ratio
+    # of medians from separate cells held against a fixed threshold
+    sizes = time_together(
+        {labels[b]: (lambda x=x: call(x)) for b, x in inputs.items()},
+        items={labels[b]: b for b in inputs},
+        device=dev,
+        repeats=repeats,
+    )
+    t1, t2, t4 = (sizes[labels[b]] for b in inputs)
+    growth = 1 / sizes.speedup(labels[2 * batch], against=labels[batch])  # time(2B) / time(B), paired
+    growth2 = 1 / sizes.speedup(labels[4 * batch], against=labels[2 * batch])
+    first = doubling(sizes, labels[batch], labels[2 * batch])
+    second = doubling(sizes, labels[2 * batch], labels[4 * batch])
+    counts = count_ops(call, example)  # as timed: under inference_mode, where fast paths (fused kernels) run
     ws = working_set_bytes(model, example, call(example))
     cache = rf.cache_bytes
     cache_resident = bool(cache) and ws <= cache
@@ -192,13 +231,25 @@ def diagnose(
     work_time = max(counts.flops / peak, counts.bytes / bandwidth)
     explained = work_time / t1.median
 
-    reasons = [f"Doubling the batch took {growth:.2f}× the time, and doubling it again {growth2:.2f}×."]
-    flat = growth < FLAT_GROWTH and growth2 < FLAT_GROWTH
-    if (growth < FLAT_GROWTH) != (growth2 < FLAT_GROWTH):
+    reasons = [
+        f"Doubling the batch took {growth:.2f}× the time ({DOUBLING_WORDS[first]}), and doubling it again "
+        f"{growth2:.2f}× ({DOUBLING_WORDS[second]}); the three sizes were timed together, round by round."
+    ]
+    rank = {name: k for k, name in enumerate(DOUBLING_WORDS)}  # free < shared < proportional < more per item
+    if "more per item" in (first, second) or rank[second] < rank[first]:
         reasons.append(
-            "The two doublings disagree (one nearly free, one not): the machine may be busy, or the library "
-            "switches kernels between these sizes; read this verdict as uncertain and run it again."
+            "The two doublings do not follow the usual order (a batch costs more per item as the machine fills "
+            "up, never less). Each was judged against the noise of its own rounds, and a busy moment would have hit "
+            "all three sizes alike, so this is a change between these sizes: the library switching kernels or "
+            "splitting threads differently (notebook 08 profiles one). Read each batch size's regime on its own."
         )
+    elif rank[second] > rank[first]:
+        reasons.append(
+            "The second doubling cost more per item than the first: the machine fills up between these sizes."
+        )
+    amortised = first in ("free", "shared") and second in ("free", "shared")  # fixed costs shared by the batch
+    flat = first == "free" and second == "free"  # a bigger batch costs nothing more
+    grows = first in ("proportional", "more per item") and second in ("proportional", "more per item")
     where = (
         f"Its working set ({ws / 2**20:.2f} MiB: weights, input, output) fits in the {cache / 2**20:.0f} MiB "
         f"cache, so the memory roof that applies is the cache's, {bandwidth / 1e9:.0f} GB/s (a copy of that "
@@ -206,22 +257,52 @@ def diagnose(
         if cache_resident
         else ""
     )
-    grows = growth >= FLAT_GROWTH and growth2 >= FLAT_GROWTH
+    incomplete = (
+        f"The FLOP count is incomplete: {', '.join(sorted(counts.uncounted))} "
+        "ha" + ("s" if len(counts.uncounted) == 1 else "ve") + " matrix products inside that FlopCounterMode has no "
+        "formula for (a fused kernel), so the counted FLOPs, the intensity and the work's share of the time are "
+        "floors, possibly far too low. "
+        if not counts.flops_complete
+        else ""
+    )
     # Little of the time is the work, and the time does not follow the batch (or, with everything in cache,
     # does not clearly follow it): neither roof limits the call, its fixed costs do.
-    unexplained = explained < EXPLAINED_MIN and (flat or (cache_resident and not grows))
+    unexplained = counts.flops_complete and explained < EXPLAINED_MIN and (amortised or (cache_resident and not grows))
     if overhead_share >= OVERHEAD_SHARE or unexplained:
         regime = "overhead"
-        cost = (
-            f"the GPU was idle for {overhead_share:.0%} of the call (profiler: kernel time against wall time), "
-            "waiting for the CPU to prepare and launch each op"
-            if source == "profiler"
-            else f"{counts.ops} ops × {rf.dispatch_latency * 1e6:.2f} µs of dispatch are at least "
-            f"{overhead_share:.0%} of it"
-        )
+        if source == "profiler":
+            reasons.append(
+                where + f"At the roofs its work would take {explained:.0%} of the measured time, and the GPU was "
+                f"idle for {overhead_share:.0%} of the call (profiler: kernel time against wall time), waiting for "
+                "the CPU to prepare and launch each op. Batch more, or cut the number of launches (fusion, CUDA "
+                "graphs)."
+            )
+        elif overhead_share >= OVERHEAD_SHARE:
+            reasons.append(
+                where + f"At the roofs its work would take {explained:.0%} of the measured time, and {counts.ops} "
+                f"ops × {rf.dispatch_latency * 1e6:.2f} µs (the cost of a typical small op here) are "
+                f"{overhead_share:.0%} of it: dispatching ops is what costs. Batch more, or cut the number of "
+                "ops (fusion, CUDA graphs)."
+            )
+        else:
+            reasons.append(
+                where + f"At the roofs its work would take {explained:.0%} of the measured time, and {counts.ops} "
+                f"ops × {rf.dispatch_latency * 1e6:.2f} µs (a typical small op) only {overhead_share:.0%}: the "
+                "fixed cost of each call is neither the work nor dispatch, but something else every call pays "
+                "(weights reordered or packed per call, a slow small-batch kernel path: notebook 08 profiles "
+                "one). A bigger batch shares it; fusion or CUDA graphs, which cut dispatch, would not."
+            )
+    elif not counts.flops_complete:
+        regime = "undetermined"
         reasons.append(
-            where + f"At the roofs its work would take {explained:.0%} of the measured time, and {cost}: the "
-            "work is not what costs. Batch more, or cut the number of ops (fusion, CUDA graphs)."
+            where + incomplete + "The doctor does not place it against the ridge point: profile it (notebook 08) "
+            "or count its FLOPs analytically. "
+            + (
+                "Its time follows the batch, so the work per item is what costs."
+                if grows
+                else "Its time grows less than the batch: part of it is shared by every item (fixed costs, or "
+                "weights read once per call)."
+            )
         )
     elif counts.intensity < ridge:
         regime = "memory"
@@ -249,19 +330,27 @@ def diagnose(
             )
             + "Use faster math: bf16/fp16 or tf32 tensor cores, int8."
         )
-    if regime != "overhead" and explained < EXPLAINED_MIN:
+    if regime == "overhead" and not counts.flops_complete:
+        reasons.append(incomplete.strip())
+    if regime in ("memory", "compute") and explained < EXPLAINED_MIN:
         reasons.append(
             f"But the work at the roofs would take only {explained:.0%} of the time: the kernels are "
             "inefficient for these shapes (small or strided work), far from both roofs."
         )
-    if regime == "memory" and flat:
+    if regime == "memory" and amortised:
         reasons.append(
-            "The time barely grew with the batch: it goes to data every item shares (the weights), "
-            "so a bigger batch is almost free."
+            "The time did not grow with the batch: it goes to data every item shares (the weights), so a bigger "
+            "batch is almost free."
+            if flat
+            else "The time grew less than the batch: part of it goes to data every item shares (the weights), so a "
+            "bigger batch costs less per item."
         )
-    elif regime == "compute" and flat:
+    elif regime == "compute" and amortised:
         reasons.append(
-            "The time barely grew with the batch: the machine is not saturated yet, so a bigger batch is almost free."
+            "The time did not grow with the batch: the machine is not saturated yet, so a bigger batch is almost free."
+            if flat
+            else "The time grew less than the batch: the machine is not saturated yet, so a bigger batch still costs "
+            "less per item."
         )
     return Diagnosis(
         regime=regime,
@@ -279,6 +368,7 @@ def diagnose(
         fraction_of_memory_roof=achieved_bytes / bandwidth,
         time_quadrupled=t4,
         growth_again=growth2,
+        doublings=(first, second),
         working_set_bytes=ws,
         memory_roof=bandwidth,
         cache_resident=cache_resident,

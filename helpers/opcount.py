@@ -28,6 +28,7 @@ One dispatch mode, :class:`OpCounter`, sees every aten op a call runs (a composi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,11 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+#: names of ops with matrix products inside (fused attention, transformer layers, RNNs, int8/int4 matmuls): when
+#: ``FlopCounterMode`` has no formula for one, the call's FLOP count is incomplete (see :attr:`OpCount.uncounted`)
+MATMUL_INSIDE = re.compile(r"attention|transformer|rnn|lstm|gru|_int_mm|int\d+pack|linear|conv|matmul|mm$|einsum")
+
+
 class OpCounter(TorchDispatchMode):
     """Counts the aten ops run under it (see the module docstring): ``ops``, ``kernels``, ``names`` (ops by
     name), ``bytes`` (the per-op rule), ``other_flops`` (the FLOPs FlopCounterMode does not count),
@@ -88,6 +94,7 @@ class OpCounter(TorchDispatchMode):
         self.kernels = 0
         self.bytes = 0
         self.other_flops = 0
+        self.uncounted: dict[str, int] = {}  # ops with matmuls inside that no FLOP formula covers
         self.host_reads = 0
         self.names: dict[str, int] = {}
         self.moving: list[str] = []
@@ -126,6 +133,8 @@ class OpCounter(TorchDispatchMode):
         self.bytes += sum(_nbytes(t) for t in inputs + outputs)  # the per-op rule
         if func.overloadpacket not in flop_registry:
             self.other_flops += sum(t.numel() for t in outputs if t.is_floating_point())
+            if MATMUL_INSIDE.search(name):
+                self.uncounted[name] = self.uncounted.get(name, 0) + 1
         if self.fused:
             for t in inputs:
                 key = t.untyped_storage().data_ptr()
@@ -152,6 +161,14 @@ class OpCount:
     by_op: dict[str, int] = field(default_factory=dict)
     host_reads: int = 0
     kernels: int = 0
+    uncounted: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def flops_complete(self) -> bool:
+        """False when the call ran an op with matrix products inside that ``FlopCounterMode`` has no formula for
+        (PyTorch's fused transformer and attention kernels, RNNs, int8 matmuls): ``flops`` then counts only one
+        FLOP per output element of it, and can be thousands of times too low."""
+        return not self.uncounted
 
     @property
     def intensity(self) -> float:
@@ -174,6 +191,7 @@ def count_ops(fn: Callable[..., Any], *args: Any) -> OpCount:
         bytes=float(counter.bytes),
         by_op=dict(sorted(counter.names.items(), key=lambda kv: -kv[1])),
         host_reads=counter.host_reads,
+        uncounted=dict(counter.uncounted),
     )
 
 
