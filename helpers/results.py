@@ -27,7 +27,7 @@ import torch
 from .device import DeviceLike, choose_device, machine_id
 from .modes import course_mode
 from .paths import REFERENCE_DIR, check_file_name, ensure_dir, outputs_dir
-from .timing import Measurement
+from .timing import Measurement, format_seconds
 
 
 def results_path(device: DeviceLike = None) -> Path:
@@ -328,9 +328,40 @@ def reference_table(
             "`make full-run` on such a machine produces one (see data/reference/README.md)."
         )
         return None
-    keep = ["machine_id", "variant", "batch", "dtype", "median", "iqr", "throughput"] + (columns or [])
+    keep = ["variant", "batch", "dtype", "median", "iqr", "throughput"] + (columns or [])
     keep = [c for c in keep if c in df.columns and df[c].notna().any()]
-    return df[keep]
+    first = df.iloc[0]
+    print(
+        f"Reference: {first.get('machine_id', '?')}, measured {str(first.get('time', ''))[:10]} with torch "
+        f"{first.get('v_torch', '?')} ({len(df)} rows). It shows what that machine did with the notebook's code "
+        "of that date; a row this notebook no longer produces, or one it added since, is not in it."
+    )
+    return readable_reference(df[keep])
+
+
+#: how :func:`readable_reference` shows a reference's raw columns: (new name, converter)
+_READABLE = {
+    "median": ("median", lambda v: format_seconds(v)),
+    "iqr": ("IQR", lambda v: format_seconds(v)),
+    "throughput": ("items/s", lambda v: f"{v:,.0f}"),
+    "bytes_per_s": ("GB/s", lambda v: f"{v / 1e9:.1f}"),
+    "flops": ("GFLOP/s", lambda v: f"{v / 1e9:,.1f}"),
+    "bytes": ("size", lambda v: f"{v / 1024:.0f} KiB" if v < 2**20 else f"{v / 2**20:.0f} MiB"),
+    "size_bytes": ("size (KiB)", lambda v: f"{v / 1024:,.1f}"),
+    "rel_err": ("max error / max |fp32|", lambda v: f"{v:.1e}"),
+    "accuracy": ("accuracy", lambda v: f"{v:.2%}"),
+}
+
+
+def readable_reference(df: Any) -> Any:
+    """A reference table as a learner reads live results: times as µs/ms, bandwidth in GB/s, FLOP/s in GFLOP/s,
+    sizes in MiB/KiB (the raw columns renamed); other columns as they are."""
+    out = df.copy()
+    for column, (name, convert) in _READABLE.items():
+        if column in out.columns:
+            out[column] = out[column].map(lambda v, c=convert: c(v) if v is not None and v == v else "—")
+            out = out.rename(columns={column: name})
+    return out.reset_index(drop=True)
 
 
 def show_reference(

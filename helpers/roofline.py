@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
-from .checks import check_choice, check_int, check_number
-from .device import DeviceLike, choose_device, cpu_features, last_level_cache_bytes, machine_id
+from .checks import check_choice, check_instance, check_int, check_number
+from .device import DeviceLike, _slug, choose_device, cpu_features, last_level_cache_bytes, machine_id
 from .fp32 import FLAGS, exact_fp32, fp32_flags, set_fp32_flags
 from .modes import course_mode, pick
 from .paths import outputs_dir, write_atomic
@@ -582,6 +582,10 @@ class Roofline:
             for k, v in self.peak_flops.items()
             if math.isfinite(v) and k != "int8"
         ]
+        sheet = datasheet(self.machine_id)
+        if sheet:  # the speed of light beside what this machine showed
+            for row, key in zip(rows, [*self.peak_flops, "bandwidth"], strict=False):
+                row["datasheet"] = sheet.get(key, math.nan) / 1e9
         return pd.DataFrame(rows).set_index("limit").round(3)
 
     def records(self) -> list[dict[str, Any]]:
@@ -654,6 +658,47 @@ def _spread(m: Measurement) -> float:
     return round(m.relative_iqr, 4)
 
 
+#: Datasheet peaks of a few GPUs (dense, no sparsity): FLOP/s per dtype (fp32: the CUDA cores, since the course
+#: runs fp32 without TF32; int8: OP/s) and memory bandwidth in bytes/s. From NVIDIA's product datasheets
+#: (H100/H200 SXM, A100 SXM4, L4, T4). A measured roof above its datasheet figure is capped at it: a 3×3
+#: convolution counted as direct can run as Winograd or FFT and do fewer FLOPs than counted.
+DATASHEET: dict[str, dict[str, float]] = {
+    "H200": {"fp32": 67e12, "bf16": 989e12, "fp16": 989e12, "int8": 1979e12, "bandwidth": 4.8e12},
+    "H100 80GB HBM3": {"fp32": 67e12, "bf16": 989e12, "fp16": 989e12, "int8": 1979e12, "bandwidth": 3.35e12},
+    "A100-SXM4": {"fp32": 19.5e12, "bf16": 312e12, "fp16": 312e12, "int8": 624e12, "bandwidth": 2.039e12},
+    "L4": {"fp32": 30.3e12, "bf16": 121e12, "fp16": 121e12, "int8": 242e12, "bandwidth": 300e9},
+    "T4": {"fp32": 8.1e12, "fp16": 65e12, "int8": 130e12, "bandwidth": 320e9},
+}
+
+
+def datasheet(machine: str) -> dict[str, float] | None:
+    """The :data:`DATASHEET` entry of a machine id (``helpers.machine_id()``, e.g. ``'cuda-nvidia-h200'``), matched
+    on the GPU's name, or None (a CPU, or a GPU not listed)."""
+    if not isinstance(machine, str):
+        raise TypeError(f"datasheet() needs a machine id such as 'cuda-nvidia-h200', got {type(machine).__name__}.")
+    if not machine.startswith("cuda-"):
+        return None
+    return next((peaks for key, peaks in DATASHEET.items() if _slug(key) in machine), None)
+
+
+def cap_at_datasheet(rf: Roofline, peaks: dict[str, float] | None) -> list[str]:
+    """Cap each compute roof of ``rf`` above its datasheet peak at that peak (in place) and return one line per
+    cap; ``rf.choices`` records it. Nothing happens without ``peaks``."""
+    lines = []
+    for name, value in list(rf.peak_flops.items()):
+        limit = (peaks or {}).get(name)
+        if limit is None or not math.isfinite(value) or value <= limit:
+            continue
+        rf.peak_flops[name] = limit
+        why = (
+            f"capped at the datasheet's {limit / 1e12:,.1f} TFLOP/s (measured {value / 1e12:,.1f} from "
+            f"{rf.sources.get(name, 'a matmul')}: a FLOP count above what the silicon can do)"
+        )
+        rf.choices[name] = why
+        lines.append(f"roofline: {name}: {why}")
+    return lines
+
+
 def _measure(dev: torch.device, dtypes: list[str], parts: set[str]) -> Roofline:
     """Measure the compute roofs of ``dtypes`` and the ``parts`` among bandwidth, dispatch and h2d."""
     rf = Roofline(
@@ -701,6 +746,8 @@ def measure_roofline(device: DeviceLike = None, dtypes: list[str] | None = None,
     dev = choose_device(device)
     dtypes = _dtype_list(dtypes, dev)
     rf = _measure(dev, dtypes, {"bandwidth", "dispatch", "h2d"})
+    for line in cap_at_datasheet(rf, datasheet(rf.machine_id)):
+        print(line)
     if store:
         stored = load_roofline(dev)
         if stored is not None and _compatible(stored, dev, rf.mode):
@@ -725,6 +772,36 @@ def _dtype_list(dtypes: Any, dev: torch.device) -> list[str]:
 def roofline_path(device: DeviceLike = None) -> Path:
     """Where this machine's stored roofline lives."""
     return outputs_dir() / "roofline" / f"{machine_id(device)}.json"
+
+
+def reconsider_bandwidth(rf: Roofline, bandwidth: float, measurement: Measurement, store: bool = True) -> str:
+    """Another measurement of the memory roof's own quantity (a copy far beyond the caches, e.g. the largest of
+    notebook 00's sweep): :func:`choose_roof` decides, as for a re-measured roofline, whether it replaces
+    ``rf.bandwidth`` (then ``rf`` is updated in place, with its spread and noise flag, and stored unless
+    ``store=False``). Returns one sentence saying which value stands and why."""
+    check_instance("rf", rf, Roofline, hint="pass the roofline, e.g. roofline.get_roofline(device)")
+    check_number("bandwidth", bandwidth, positive=True, hint="pass bytes/s, e.g. memory_bandwidth(...)[0]")
+    check_instance("measurement", measurement, Measurement, hint="pass memory_bandwidth(...)[1]")
+    spread = measurement.iqr / measurement.median if measurement.median else math.inf
+    take, why = choose_roof(
+        rf.bandwidth, rf.spread.get("bandwidth"), "bandwidth" in rf.noisy, bandwidth, spread, measurement.noisy
+    )
+    before = rf.bandwidth
+    if take:
+        rf.bandwidth = bandwidth
+        rf.spread["bandwidth"] = spread
+        rf.noisy = sorted({*rf.noisy} - {"bandwidth"} | ({"bandwidth"} if measurement.noisy else set()))
+        rf.choices["bandwidth"] = f"the new value ({why})"
+        if store:
+            save_roofline(rf)
+        return (
+            f"memory roof: {bandwidth / 1e9:,.1f} GB/s from {measurement.label} replaces {before / 1e9:,.1f} GB/s "
+            f"({why})" + ("; stored for later notebooks" if store else "")
+        )
+    return (
+        f"memory roof: {before / 1e9:,.1f} GB/s stays, against {bandwidth / 1e9:,.1f} GB/s from "
+        f"{measurement.label} ({why})"
+    )
 
 
 def save_roofline(rf: Roofline) -> Path:
@@ -907,7 +984,7 @@ def compare_with_reference(rf: Roofline | None = None) -> Any:
     matmul_names = {matmul_variant(k): k for k in _DTYPES}
     h2d_names = {h2d_variant(k): k for k in ("pinned", "pageable")}
     for _, r in ref.iterrows():
-        row = rows.setdefault(f"{r['machine_id']} (reference, {r['mode']} mode)", {})
+        row = rows.setdefault(f"{r['machine_id']} (reference, {r['mode']} mode, {str(r['time'])[:10]})", {})
         variant = r["variant"]
         if variant in matmul_names:
             row[f"{matmul_names[variant]} GFLOP/s"] = r["flops"] / 1e9
@@ -923,4 +1000,15 @@ def compare_with_reference(rf: Roofline | None = None) -> Any:
         row["memory GB/s"] = rf.bandwidth / 1e9
         row["µs per tiny op"] = rf.dispatch_latency * 1e6
         row.update({f"H2D {k} GB/s": v / 1e9 for k, v in rf.h2d_bandwidth.items()})
-    return pd.DataFrame.from_dict(rows, orient="index").round(2)
+    for machine in dict.fromkeys([*ref.get("machine_id", []), *([rf.machine_id] if rf is not None else [])]):
+        sheet = datasheet(machine)
+        if sheet:  # the speed of light beside the achievable roofs
+            row = rows.setdefault(f"{machine} (datasheet)", {})
+            row.update({f"{k} GFLOP/s": v / 1e9 for k, v in sheet.items() if k != "bandwidth"})
+            row["memory GB/s"] = sheet["bandwidth"] / 1e9
+    table = pd.DataFrame.from_dict(rows, orient="index").round(2)
+    for label, r in table.iterrows():
+        missing = [c for c in table.columns if pd.isna(r[c])]
+        if missing and "(reference" in label and label.startswith("cuda-"):  # a CPU has no tf32 or H2D at all
+            print(f"{label}: no {', '.join(missing)}: that reference was measured before the course measured it")
+    return table

@@ -223,3 +223,11 @@ def test_shipped_reference_results_load():
     assert len(df) > 0
     assert {"notebook", "experiment", "variant", "machine_id"} <= set(df.columns)
     assert df.machine_id.notna().all()
+
+
+def test_references_are_shown_in_readable_units(capsys):
+    table = results.reference_table("01_bottlenecks", "h2d", columns=["bytes", "bytes_per_s"])
+    if table is None:
+        pytest.skip("no GPU reference ships")
+    assert {"median", "IQR", "size", "GB/s"} <= set(table.columns) and "bytes_per_s" not in table.columns
+    assert all(v.endswith(("s", "—")) for v in table["median"]) and "measured" in capsys.readouterr().out

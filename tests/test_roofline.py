@@ -6,6 +6,7 @@ from conftest import one_line
 
 from helpers import roofline as rl
 from helpers.device import cpu_features
+from helpers.timing import Measurement
 
 
 def synthetic() -> rl.Roofline:
@@ -290,4 +291,29 @@ def test_compare_with_reference_has_this_run_and_the_shipped_machines():
     assert "test (this run, quick mode)" in table.index
     assert table.loc["test (this run, quick mode)", "fp32 GFLOP/s"] == 100.0
     assert table.loc["test (this run, quick mode)", "memory GB/s"] == 10.0
-    assert any("(reference, full mode)" in name for name in table.index)
+    assert any("(reference, full mode, 20" in name for name in table.index)
+
+
+def test_a_second_measurement_of_the_memory_roof_is_weighed_by_the_same_rule():
+    rf = synthetic()
+    rf.spread["bandwidth"] = 0.02
+    higher = Measurement.from_samples([1.0, 1.01, 0.99, 1.0, 1.02, 0.98], label="copy 512 MiB")
+    line = rl.reconsider_bandwidth(rf, 13e9, higher, store=False)  # 30 % apart, both clean: the machine changed
+    assert rf.bandwidth == 13e9 and "replaces" in line and "copy 512 MiB" in line
+    assert "the new value" in rf.choices["bandwidth"]
+    close = rl.reconsider_bandwidth(rf, 13.1e9, higher, store=False)  # within the spread: the stored one stays
+    assert rf.bandwidth == 13e9 and "stays" in close
+    with pytest.raises(TypeError):
+        rl.reconsider_bandwidth(rf, 13e9, "copy", store=False)
+
+
+def test_compute_roofs_are_capped_at_a_known_gpus_datasheet():
+    sheet = rl.datasheet("cuda-nvidia-h200")
+    assert sheet["fp32"] == 67e12 and sheet["bandwidth"] == 4.8e12
+    assert rl.datasheet("cpu-amd-epyc-2cpu") is None and rl.datasheet("cuda-unknown-gpu") is None
+    rf = rl.Roofline("cuda", "cuda-nvidia-h200", {"fp32": 80e12, "bf16": 700e12}, 4e12, 5e-6)
+    rf.sources["fp32"] = "conv 3×3"
+    lines = rl.cap_at_datasheet(rf, sheet)
+    assert rf.peak_flops == {"fp32": 67e12, "bf16": 700e12} and len(lines) == 1 and "conv 3×3" in lines[0]
+    assert "datasheet" in rf.table().columns
+    assert rl.cap_at_datasheet(synthetic(), None) == []
