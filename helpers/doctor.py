@@ -236,7 +236,7 @@ def diagnose(
         f"{growth2:.2f}× ({DOUBLING_WORDS[second]}); the three sizes were timed together, round by round."
     ]
     rank = {name: k for k, name in enumerate(DOUBLING_WORDS)}  # free < shared < proportional < more per item
-    if "more per item" in (first, second) or rank[second] < rank[first]:
+    if rank[second] < rank[first]:  # the bigger doubling cost less per item than the smaller one
         reasons.append(
             "The two doublings do not follow the usual order (a batch costs more per item as the machine fills "
             "up, never less). Each was judged against the noise of its own rounds, and a busy moment would have hit "
@@ -290,7 +290,12 @@ def diagnose(
                 f"ops × {rf.dispatch_latency * 1e6:.2f} µs (a typical small op) only {overhead_share:.0%}: the "
                 "fixed cost of each call is neither the work nor dispatch, but something else every call pays "
                 "(weights reordered or packed per call, a slow small-batch kernel path: notebook 08 profiles "
-                "one). A bigger batch shares it; fusion or CUDA graphs, which cut dispatch, would not."
+                "one). "
+                + (
+                    "A bigger batch shares it; fusion or CUDA graphs, which cut dispatch, would not."
+                    if amortised
+                    else "The doublings above do not show a bigger batch sharing it: profile the call (notebook 08)."
+                )
             )
     elif not counts.flops_complete:
         regime = "undetermined"
@@ -302,6 +307,9 @@ def diagnose(
                 if grows
                 else "Its time grows less than the batch: part of it is shared by every item (fixed costs, or "
                 "weights read once per call)."
+                if amortised
+                else "Its time grows less than the batch at one doubling and in proportion at the other: the "
+                "doublings above say which."
             )
         )
     elif counts.intensity < ridge:

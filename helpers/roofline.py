@@ -721,7 +721,7 @@ def _measure(dev: torch.device, dtypes: list[str], parts: set[str]) -> Roofline:
         if m is not None:
             rf.measurements.append(m)
             rf.spread[name], rf.sizes[name], rf.sources[name] = _spread(m), roof["size"], roof["source"]
-            rf.noisy += [name] if m.noisy or m.budget_limited else []
+            rf.noisy += [name] if m.noisy or m.budget_limited or m.busy else []  # busy: measured under load
     for part, (value, m) in (
         ("bandwidth", memory_bandwidth(dev) if "bandwidth" in parts else (None, None)),
         ("dispatch", dispatch_latency(dev) if "dispatch" in parts else (None, None)),
@@ -731,7 +731,7 @@ def _measure(dev: torch.device, dtypes: list[str], parts: set[str]) -> Roofline:
         rf.measurements.append(m)
         setattr(rf, "bandwidth" if part == "bandwidth" else "dispatch_latency", value)
         rf.spread[part] = _spread(m)
-        rf.noisy += [part] if m.noisy or m.budget_limited else []
+        rf.noisy += [part] if m.noisy or m.budget_limited or m.busy else []
     if dev.type == "cuda" and "h2d" in parts:
         for pinned in (True, False):
             rf.h2d_bandwidth["pinned" if pinned else "pageable"], m = h2d_bandwidth(pinned=pinned, device=dev)
@@ -783,14 +783,13 @@ def reconsider_bandwidth(rf: Roofline, bandwidth: float, measurement: Measuremen
     check_number("bandwidth", bandwidth, positive=True, hint="pass bytes/s, e.g. memory_bandwidth(...)[0]")
     check_instance("measurement", measurement, Measurement, hint="pass memory_bandwidth(...)[1]")
     spread = measurement.iqr / measurement.median if measurement.median else math.inf
-    take, why = choose_roof(
-        rf.bandwidth, rf.spread.get("bandwidth"), "bandwidth" in rf.noisy, bandwidth, spread, measurement.noisy
-    )
+    noisy = measurement.noisy or measurement.busy
+    take, why = choose_roof(rf.bandwidth, rf.spread.get("bandwidth"), "bandwidth" in rf.noisy, bandwidth, spread, noisy)
     before = rf.bandwidth
     if take:
         rf.bandwidth = bandwidth
         rf.spread["bandwidth"] = spread
-        rf.noisy = sorted({*rf.noisy} - {"bandwidth"} | ({"bandwidth"} if measurement.noisy else set()))
+        rf.noisy = sorted({*rf.noisy} - {"bandwidth"} | ({"bandwidth"} if noisy else set()))
         rf.choices["bandwidth"] = f"the new value ({why})"
         if store:
             save_roofline(rf)
@@ -865,12 +864,20 @@ AGREE = 0.05
 
 
 def choose_roof(
-    old: float, old_spread: float | None, old_noisy: bool, new: float, new_spread: float | None, new_noisy: bool
+    old: float,
+    old_spread: float | None,
+    old_noisy: bool,
+    new: float,
+    new_spread: float | None,
+    new_noisy: bool,
+    higher_is_better: bool = True,
 ) -> tuple[bool, str]:
     """Which of two measurements of one limit to store: ``(take the new one, why)``. A roof is a measurement,
-    not a record high: one lucky or noisy reading must not stick. A clean measurement beats a noisy one; of two
-    clean ones the stored one stays unless the new one disagrees beyond their spread (then the machine is not
-    what it was, and the new one replaces it); of two noisy ones, the one with the smaller spread."""
+    not a record high: one lucky reading must not stick. A clean measurement beats a noisy one (noisy: a wide
+    spread, a budget cut, or a machine found busy); of two clean ones the stored one stays unless the new one
+    disagrees beyond their spread (then the machine is not what it was, and the new one replaces it); of two
+    noisy ones, the better value (a higher bandwidth or FLOP/s, a lower latency: ``higher_is_better=False``),
+    since other programs only ever slow a measurement down."""
     if not math.isfinite(new):
         return False, "nothing new was measured"
     if not math.isfinite(old):
@@ -886,8 +893,8 @@ def choose_roof(
         )
     spreads = [s for s in (old_spread, new_spread) if s is not None and math.isfinite(s)]
     if old_noisy:
-        take = (new_spread or 0.0) < (old_spread if old_spread is not None else math.inf)
-        return take, "both noisy: the one with the smaller spread"
+        take = new > old if higher_is_better else new < old
+        return take, "both noisy: the better one, since load only slows a measurement down"
     differ = abs(new / old - 1)
     allowed = max([AGREE, *spreads])
     if differ > allowed:
@@ -913,7 +920,13 @@ def _merge(old: Roofline, new: Roofline) -> Roofline:
     for name in names:
         old_value, new_value = _limit(old, name), _limit(new, name)
         take, why = choose_roof(
-            old_value, old.spread.get(name), name in old.noisy, new_value, new.spread.get(name), name in new.noisy
+            old_value,
+            old.spread.get(name),
+            name in old.noisy,
+            new_value,
+            new.spread.get(name),
+            name in new.noisy,
+            higher_is_better=name != "dispatch",
         )
         if math.isfinite(new_value) and math.isfinite(old_value):
             new.choices[name] = ("the new value" if take else "the stored value") + f" ({why})"

@@ -423,10 +423,11 @@ def sweep_warning(xs: Sequence[Any], measurements: Sequence[Measurement], increa
     if not drops:
         return None
     busy = any(m.busy for m in measurements)
-    return (
-        f"⚠ the time fell where more work should take longer: {', '.join(drops)}; "
-        + ("the machine was busy during the sweep — " if busy else "likely another program took CPU time — ")
-        + f"{_ADVICE}."
+    return f"⚠ the time fell where more work should take longer: {', '.join(drops)}; " + (
+        f"the machine was busy during the sweep — {_ADVICE}."
+        if busy
+        else "no other load was seen, so the library may have switched kernels or thread counts between "
+        f"these sizes (notebook 08 profiles such a switch); if it repeats, it is real, else {_ADVICE}."
     )
 
 

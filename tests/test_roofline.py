@@ -183,7 +183,9 @@ def test_a_stored_roof_is_a_measurement_not_a_record_high():
         32.7e9, 0.02, False, 25.0e9, 0.02, False
     )  # clean, beyond the spread: the machine changed
     assert take and "apart" in why
-    assert rl.choose_roof(30e9, 0.4, True, 20e9, 0.1, True)[0]  # both noisy: the smaller spread
+    assert not rl.choose_roof(30e9, 0.4, True, 20e9, 0.1, True)[0]  # both noisy: the better value (load only slows)
+    assert rl.choose_roof(20e9, 0.1, True, 30e9, 0.4, True)[0]
+    assert rl.choose_roof(2e-6, 0.4, True, 1e-6, 0.4, True, higher_is_better=False)[0]  # a latency: the lower
     assert (
         rl.choose_roof(math.nan, None, False, 20e9, 0.1, True)[0]
         and not rl.choose_roof(1, 0, False, math.nan, 0, False)[0]
