@@ -775,31 +775,31 @@ def roofline_path(device: DeviceLike = None) -> Path:
 
 
 def reconsider_bandwidth(rf: Roofline, bandwidth: float, measurement: Measurement, store: bool = True) -> str:
-    """Another measurement of the memory roof's own quantity (a copy far beyond the caches, e.g. the largest of
-    notebook 00's sweep): :func:`choose_roof` decides, as for a re-measured roofline, whether it replaces
-    ``rf.bandwidth`` (then ``rf`` is updated in place, with its spread and noise flag, and stored unless
-    ``store=False``). Returns one sentence saying which value stands and why."""
+    """Another measurement, in this run, of the memory roof's own quantity (a copy far beyond the caches, e.g. the
+    largest of notebook 00's sweep), from its fastest sample as the roof is: the roof is what this machine has
+    shown it can do, and other programs only slow a copy down, so the higher of the two stands. When it is the new
+    one, ``rf`` is updated in place (value, spread, noise flag) and stored unless ``store=False``. (Across runs,
+    :func:`choose_roof` decides instead: there a lower clean value can mean the machine changed.) Returns one
+    sentence saying which value stands and why."""
     check_instance("rf", rf, Roofline, hint="pass the roofline, e.g. roofline.get_roofline(device)")
     check_number("bandwidth", bandwidth, positive=True, hint="pass bytes/s, e.g. memory_bandwidth(...)[0]")
     check_instance("measurement", measurement, Measurement, hint="pass memory_bandwidth(...)[1]")
-    spread = measurement.iqr / measurement.median if measurement.median else math.inf
-    noisy = measurement.noisy or measurement.busy
-    take, why = choose_roof(rf.bandwidth, rf.spread.get("bandwidth"), "bandwidth" in rf.noisy, bandwidth, spread, noisy)
     before = rf.bandwidth
-    if take:
-        rf.bandwidth = bandwidth
-        rf.spread["bandwidth"] = spread
-        rf.noisy = sorted({*rf.noisy} - {"bandwidth"} | ({"bandwidth"} if noisy else set()))
-        rf.choices["bandwidth"] = f"the new value ({why})"
-        if store:
-            save_roofline(rf)
+    if math.isfinite(before) and bandwidth <= before:
         return (
-            f"memory roof: {bandwidth / 1e9:,.1f} GB/s from {measurement.label} replaces {before / 1e9:,.1f} GB/s "
-            f"({why})" + ("; stored for later notebooks" if store else "")
+            f"memory roof: {before / 1e9:,.1f} GB/s stands; {measurement.label} reached {bandwidth / 1e9:,.1f} GB/s "
+            "(the roof is the best this machine has shown)"
         )
+    noisy = measurement.noisy or measurement.busy
+    rf.bandwidth = bandwidth
+    rf.spread["bandwidth"] = measurement.iqr / measurement.median if measurement.median else math.inf
+    rf.noisy = sorted({*rf.noisy} - {"bandwidth"} | ({"bandwidth"} if noisy else set()))
+    rf.choices["bandwidth"] = f"raised by {measurement.label}, the best this machine has shown"
+    if store:
+        save_roofline(rf)
     return (
-        f"memory roof: {before / 1e9:,.1f} GB/s stays, against {bandwidth / 1e9:,.1f} GB/s from "
-        f"{measurement.label} ({why})"
+        f"memory roof: raised from {before / 1e9:,.1f} to {bandwidth / 1e9:,.1f} GB/s by {measurement.label} (the "
+        "roof is the best this machine has shown)" + ("; stored for later notebooks" if store else "")
     )
 
 
