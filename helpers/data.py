@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -177,9 +178,18 @@ def normalize_on_device(batch: torch.Tensor) -> torch.Tensor:
     gives: scaled to [0, 1], ImageNet-normalised."""
     if not isinstance(batch, torch.Tensor) or batch.dtype != torch.uint8 or batch.dim() != 4:
         raise ValueError("normalize_on_device needs a uint8 batch of shape N×3×H×W, e.g. from normalize=False.")
-    mean = torch.tensor(IMAGENET_MEAN, device=batch.device).view(1, 3, 1, 1)
-    std = torch.tensor(IMAGENET_STD, device=batch.device).view(1, 3, 1, 1)
+    mean, std = imagenet_stats(str(batch.device))
     return (batch.float() / 255 - mean) / std
+
+
+@functools.lru_cache(maxsize=8)
+def imagenet_stats(device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """ImageNet's mean and std as 1×3×1×1 tensors on ``device``, made once per device: building them for every
+    batch (``torch.tensor(..., device="cuda")``) is a copy from pageable host memory, which synchronises with
+    the GPU, per batch: the hidden sync ``torch.cuda.set_sync_debug_mode("warn")`` reports."""
+    mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1)
+    return mean, std
 
 
 class PhotoDataset(Dataset):

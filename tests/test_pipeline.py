@@ -118,6 +118,9 @@ def test_uint8_photos_normalised_on_the_device_equal_the_float_pipeline():
     assert raw[0].dtype == torch.uint8 and floats[0].dtype == torch.float32
     batch = torch.stack([raw[i] for i in range(3)])
     torch.testing.assert_close(normalize_on_device(batch), torch.stack([floats[i] for i in range(3)]))
+    from helpers.data import imagenet_stats
+
+    assert imagenet_stats("cpu")[0] is imagenet_stats("cpu")[0]  # made once per device, not per batch
     with pytest.raises(ValueError, match="uint8 batch"):
         normalize_on_device(batch.float())
 
