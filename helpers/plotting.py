@@ -80,11 +80,12 @@ def bars(measurements: Sequence[Measurement], title: str = "", ax: Any = None, l
     colors = [BAD if m.noisy else PALETTE[i % (len(PALETTE) - 1)] for i, m in enumerate(measurements)]
     ax.barh(labels, med, xerr=[low, high], color=colors, capsize=4)
     ax.invert_yaxis()
-    ax.set_xlabel(f"median time per call ({unit}); bars show the IQR")
+    noisy = " (red: a noisy measurement)" if any(m.noisy for m in measurements) else ""
+    ax.set_xlabel(f"median time per call ({unit}); whiskers show the IQR{noisy}")
     if log:
         ax.set_xscale("log")
-    for y, value in enumerate(med):
-        ax.annotate(f" {value:.3g} {unit}", (value, y), va="center", fontsize=9)
+    for y, (value, upper) in enumerate(zip(med, med + high, strict=True)):  # past the whisker, not over it
+        ax.annotate(f" {value:.3g} {unit}", (upper, y), va="center", fontsize=9)
     ax.set_title(title)
     fig.tight_layout()
     return fig

@@ -22,6 +22,9 @@ def test_bars_one_bar_per_measurement_with_error_bars():
     assert len(ax.patches) == 2
     assert "ms" in ax.get_xlabel()
     assert ax.patches[1].get_facecolor()[:3] == pytest.approx(plt.matplotlib.colors.to_rgb(plotting.BAD))
+    assert "red" in ax.get_xlabel()  # the colour is explained where it is used
+    label_x = [t.xy[0] for t in ax.texts]
+    assert label_x[0] >= 2.0 and label_x[1] >= 1.0  # each value sits at or past its whisker, never over the bar
 
 
 def test_vs_batch_plots_items_per_second_and_the_median_latency():
