@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -665,7 +666,7 @@ def _spread(m: Measurement) -> float:
 DATASHEET: dict[str, dict[str, float]] = {
     "H200": {"fp32": 67e12, "bf16": 989e12, "fp16": 989e12, "int8": 1979e12, "bandwidth": 4.8e12},
     "H100 80GB HBM3": {"fp32": 67e12, "bf16": 989e12, "fp16": 989e12, "int8": 1979e12, "bandwidth": 3.35e12},
-    "A100-SXM4": {"fp32": 19.5e12, "bf16": 312e12, "fp16": 312e12, "int8": 624e12, "bandwidth": 2.039e12},
+    "A100-SXM4-80GB": {"fp32": 19.5e12, "bf16": 312e12, "fp16": 312e12, "int8": 624e12, "bandwidth": 2.039e12},
     "L4": {"fp32": 30.3e12, "bf16": 121e12, "fp16": 121e12, "int8": 242e12, "bandwidth": 300e9},
     "T4": {"fp32": 8.1e12, "fp16": 65e12, "int8": 130e12, "bandwidth": 320e9},
 }
@@ -678,7 +679,10 @@ def datasheet(machine: str) -> dict[str, float] | None:
         raise TypeError(f"datasheet() needs a machine id such as 'cuda-nvidia-h200', got {type(machine).__name__}.")
     if not machine.startswith("cuda-"):
         return None
-    return next((peaks for key, peaks in DATASHEET.items() if _slug(key) in machine), None)
+    # whole tokens of the slug: an L40S's id contains "l4" but is not an L4
+    return next(
+        (peaks for key, peaks in DATASHEET.items() if re.search(rf"(^|-){re.escape(_slug(key))}(-|$)", machine)), None
+    )
 
 
 def cap_at_datasheet(rf: Roofline, peaks: dict[str, float] | None) -> list[str]:

@@ -311,6 +311,7 @@ def test_compute_roofs_are_capped_at_a_known_gpus_datasheet():
     sheet = rl.datasheet("cuda-nvidia-h200")
     assert sheet["fp32"] == 67e12 and sheet["bandwidth"] == 4.8e12
     assert rl.datasheet("cpu-amd-epyc-2cpu") is None and rl.datasheet("cuda-unknown-gpu") is None
+    assert rl.datasheet("cuda-nvidia-l40s") is None and rl.datasheet("cuda-nvidia-l4")["fp32"] == 30.3e12
     rf = rl.Roofline("cuda", "cuda-nvidia-h200", {"fp32": 80e12, "bf16": 700e12}, 4e12, 5e-6)
     rf.sources["fp32"] = "conv 3×3"
     lines = rl.cap_at_datasheet(rf, sheet)
