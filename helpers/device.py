@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform
@@ -9,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -103,6 +105,22 @@ def usable_cpus() -> int:
         n = os.cpu_count() or 1
     quota = _cgroup_cpu_limit()
     return max(1, min(n, math.ceil(quota))) if quota else n
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """PyTorch's intra-op threads set to ``n`` inside the block, put back after it (None: leave them as they are).
+    The setting is the process's: a loader thread started inside the block runs its torch ops on ``n`` threads
+    too, so ``torch_threads(1)`` around a model and a loader thread leaves one core to each on a 2-core CPU."""
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"n={n!r}: pass how many threads PyTorch may use (1 or more), or None to leave them.")
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def last_level_cache_bytes() -> int | None:

@@ -87,3 +87,16 @@ def test_unknown_mode_says_what_to_do(monkeypatch):
     assert one_line(info.value)
     with pytest.raises(ValueError):
         pick(1, 2, mode="medium")
+
+
+def test_torch_threads_sets_and_puts_back():
+    from helpers.device import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads"), torch_threads(0):
+        pass

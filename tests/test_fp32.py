@@ -108,3 +108,22 @@ def test_the_flag_rule_catches_hand_set_flags():
     ):
         assert HAND_SET.search(code)
     assert not HAND_SET.search('assert torch.backends.cuda.matmul.fp32_precision == "ieee"')
+
+
+def test_notebook_05s_own_export_call_runs_after_the_gpu_set_up(tmp_path, restore_flags):
+    """05's set-up cell calls exact_fp32() (on a GPU it sets every switch); its cell 5 then calls the exporter
+    directly, not through the helper: the same call here, after the same switches."""
+    set_fp32_flags({"legacy cublas": True, "legacy cudnn": True, **dict.fromkeys(FLAGS, "tf32")})  # a GPU's defaults
+    exact_fp32()
+    program = torch.onnx.export(
+        _model(),
+        (torch.randn(2, 1, 8, 8),),
+        dynamo=True,
+        input_names=["images"],
+        output_names=["logits"],
+        dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=65536)},),
+        verbose=False,
+    )
+    program.save(str(tmp_path / "cell5.onnx"))
+    assert (tmp_path / "cell5.onnx").stat().st_size > 0
+    assert tf32_enabled() == {"matmul": False, "cudnn": False}

@@ -106,6 +106,45 @@ def test_io_binding_keeps_tensors_on_the_gpu_and_converts_dtypes(cnn_path):
     torch.testing.assert_close(out.cpu(), model(x.cpu()).detach(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.gpu(reason="a shared stream needs a CUDA GPU")
+def test_a_gpu_session_runs_on_a_stream_of_torchs_and_orders_itself_on_the_gpu(cnn_path):
+    model, path = cnn_path
+    if not onnxrt.provider_works("CUDAExecutionProvider"):
+        pytest.skip("this onnxruntime has no working CUDA provider")
+    ort_model = onnxrt.OrtModel(onnxrt.session(path, "CUDAExecutionProvider"))
+    assert ort_model.stream is not None and ort_model.stream.cuda_stream != 0
+    x = torch.randn(64, 1, 8, 8, device="cuda")
+    with torch.cuda.set_sync_debug_mode("error"):  # no host synchronisation inside the call
+        out = ort_model(x * 2)  # x * 2 is queued on torch's default stream: ORT must wait for it on the GPU
+        again = ort_model(x * 2)  # the binding is reused
+    torch.testing.assert_close(out.cpu(), model(2 * x.cpu()).detach(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(again, out)
+
+
+class _FakeSession:
+    def __init__(self, provider, options):
+        self.provider, self.options = provider, options
+
+    def get_providers(self):
+        return [self.provider, "CPUExecutionProvider"]
+
+    def get_provider_options(self):
+        return {self.provider: self.options}
+
+
+@pytest.mark.parametrize(
+    "provider, options",
+    [
+        ("CPUExecutionProvider", {}),
+        ("CUDAExecutionProvider", {"has_user_compute_stream": "0", "user_compute_stream": "0"}),
+        ("CUDAExecutionProvider", {"has_user_compute_stream": "1", "user_compute_stream": "0"}),
+        ("TensorrtExecutionProvider", {}),
+    ],
+)
+def test_a_session_on_orts_own_stream_has_no_shared_stream(provider, options):
+    assert onnxrt.shared_stream(_FakeSession(provider, options)) is None
+
+
 def test_saving_an_all_level_graph_logs_nothing(cnn_path, tmp_path, capfd):
     import onnxruntime
 
