@@ -64,13 +64,9 @@ _NOT_KERNELS = {
 }
 #: Inductor's generated C++ kernels, as recorded with ``cpp.enable_kernel_profile``
 _CPP_KERNEL = re.compile(r"cpp_fused_\w+|cpp_kernel\w*")
-_LAUNCH_CALLS = {
-    "cudaLaunchKernel",
-    "cuLaunchKernel",
-    "cudaLaunchKernelExC",
-    "cuLaunchKernelEx",
-    "cudaLaunchCooperativeKernel",
-}
+#: The CUDA runtime and driver calls that launch a kernel, as prefixes: the profiler may add a version suffix
+#: (``cudaLaunchKernel_v7000``, CUPTI's callback names) and the Ex/ExC variants share the stem.
+_LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")
 
 
 def enable_cpu_kernel_profiling() -> None:
@@ -166,7 +162,7 @@ def count_kernels(fn: Callable[..., Any], *args: Any, device: DeviceLike = None,
             "cuda",
             kernels,
             copies,
-            launches=sum(n in _LAUNCH_CALLS for n in cpu_names),
+            launches=sum(n.startswith(_LAUNCH_CALLS) for n in cpu_names),
             graph_launches=sum(n.startswith("cudaGraphLaunch") for n in cpu_names),
         )
     kernels = [e.name for e in events if _cpu_kernel(e)]
