@@ -179,7 +179,7 @@ def normalize_on_device(batch: torch.Tensor) -> torch.Tensor:
     if not isinstance(batch, torch.Tensor) or batch.dtype != torch.uint8 or batch.dim() != 4:
         raise ValueError("normalize_on_device needs a uint8 batch of shape N×3×H×W, e.g. from normalize=False.")
     mean, std = imagenet_stats(str(batch.device))
-    return (batch.float() / 255 - mean) / std
+    return (batch.float() * (1.0 / 255) - mean) / std  # as torchvision's ToDtype(scale=True): times 1/255, bit for bit
 
 
 @functools.lru_cache(maxsize=8)

@@ -306,13 +306,16 @@ def session(
     provider_options = dict(provider_options or {})
     providers: list[Any] = [(provider, provider_options)]
     if provider in GPU_PROVIDERS:
-        if "user_compute_stream" not in provider_options:  # a stream of torch's pool (never handle 0)
-            provider_options["user_compute_stream"] = str(torch.cuda.Stream().cuda_stream)
+        gpu = int(provider_options.get("device_id", 0))
+        if "user_compute_stream" not in provider_options:  # a stream of torch's pool on that GPU (never handle 0)
+            provider_options["user_compute_stream"] = str(torch.cuda.Stream(device=gpu).cuda_stream)
         stream = provider_options["user_compute_stream"]
         if provider == "CUDAExecutionProvider":
             provider_options.setdefault("use_tf32", 0)  # fp32 means fp32, as in the course's PyTorch code
-        else:  # TensorRT: the nodes it cannot take go to the CUDA provider (ORT's advice), on the same stream
-            providers.append(("CUDAExecutionProvider", {"user_compute_stream": stream, "use_tf32": 0}))
+        else:  # TensorRT: the nodes it cannot take go to the CUDA provider (ORT's advice), same GPU and stream
+            providers.append(
+                ("CUDAExecutionProvider", {"device_id": gpu, "user_compute_stream": stream, "use_tf32": 0})
+            )
     if provider != "CPUExecutionProvider":
         providers.append("CPUExecutionProvider")  # for the ops the accelerator does not implement
     return ort.InferenceSession(str(path), options, providers=providers)
@@ -332,7 +335,7 @@ def shared_stream(sess: Any) -> Any:
     handle = int(options.get("user_compute_stream", "0") or 0)
     if str(options.get("has_user_compute_stream", "0")).lower() not in ("1", "true") or not handle:
         return None
-    return torch.cuda.ExternalStream(handle)
+    return torch.cuda.ExternalStream(handle, device=int(options.get("device_id", 0)))
 
 
 _NUMPY = {

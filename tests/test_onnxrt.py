@@ -114,9 +114,12 @@ def test_a_gpu_session_runs_on_a_stream_of_torchs_and_orders_itself_on_the_gpu(c
     ort_model = onnxrt.OrtModel(onnxrt.session(path, "CUDAExecutionProvider"))
     assert ort_model.stream is not None and ort_model.stream.cuda_stream != 0
     x = torch.randn(64, 1, 8, 8, device="cuda")
-    with torch.cuda.set_sync_debug_mode("error"):  # no host synchronisation inside the call
+    torch.cuda.set_sync_debug_mode("error")  # no host synchronisation inside the call (a function, not a context)
+    try:
         out = ort_model(x * 2)  # x * 2 is queued on torch's default stream: ORT must wait for it on the GPU
         again = ort_model(x * 2)  # the binding is reused
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
     torch.testing.assert_close(out.cpu(), model(2 * x.cpu()).detach(), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(again, out)
 
