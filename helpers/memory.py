@@ -98,6 +98,25 @@ def cuda_memory(device: DeviceLike = "cuda") -> dict[str, int]:
     }
 
 
+def resident_memory() -> dict[str, int] | None:
+    """This process's resident memory by kind, in bytes: ``anon`` (``RssAnon``, private memory: tensors, heaps;
+    only swap can reclaim it) and ``file`` (``RssFile``, resident pages of mapped files: code, libraries, a
+    checkpoint loaded with ``mmap=True``; clean copies the kernel can drop and read again). None where
+    ``/proc/self/status`` does not exist (macOS, Windows)."""
+    fields = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name in ("RssAnon", "RssFile"):
+                    fields[name] = int(value.split()[0]) * 1024
+    except OSError:
+        return None
+    if len(fields) != 2:
+        return None
+    return {"anon": fields["RssAnon"], "file": fields["RssFile"]}
+
+
 def snapshot_timeline(snapshot: dict[str, Any], device_index: int = 0) -> Any:
     """Memory over time from a CUDA allocator snapshot (``torch.cuda.memory._snapshot()``, recorded with
     ``_record_memory_history``), read offline: one row per allocation or free, with the bytes live after it.
@@ -122,48 +141,65 @@ def snapshot_timeline(snapshot: dict[str, Any], device_index: int = 0) -> Any:
 
 
 _LOAD_SCRIPT = r"""
-import gc, json, sys, psutil, torch, torchvision
+import gc, json, sys, torch, torchvision
 path, how = sys.argv[1], sys.argv[2]
-process = psutil.Process()
+
+def status():  # this process's private (anonymous) and file-backed resident memory, and its peak, in bytes
+    fields = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name in ("RssAnon", "RssFile", "VmHWM"):
+                fields[name] = int(value.split()[0]) * 1024
+    return fields
+
 gc.collect()
-
-def peak_rss():  # the process's highest RSS since the reset below (Linux: VmHWM), else its RSS now
-    try:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-    except (OSError, StopIteration):
-        return process.memory_info().rss
-
 try:
     with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset the peak to the current RSS: the peak measured is the loading's own
+        f.write("5")  # reset the peak (VmHWM) to the current RSS: the peak measured is the loading's own
 except OSError:
     pass
-before = process.memory_info().rss
-if how == "torch.load":
-    model = torchvision.models.resnet18()
-    model.load_state_dict(torch.load(path, weights_only=True))
-elif how == "torch.load(mmap=True)":
-    model = torchvision.models.resnet18()
-    model.load_state_dict(torch.load(path, weights_only=True, mmap=True))
-else:  # meta device + assign: the module is built without memory, the loaded tensors become its weights
+start = status()
+stages = {}
+def mark(stage):
+    now = status()
+    stages[stage] = {"anon": now["RssAnon"] - start["RssAnon"], "file": now["RssFile"] - start["RssFile"],
+                     "peak": now["VmHWM"] - start["VmHWM"]}
+
+if how == "meta + assign":  # the module is built without memory; the loaded tensors become its weights
     with torch.device("meta"):
         model = torchvision.models.resnet18()
-    model.load_state_dict(torch.load(path, weights_only=True, mmap=True), assign=True)
-peak = max(peak_rss(), process.memory_info().rss)
+else:
+    model = torchvision.models.resnet18()
+mark("model built")
+state = torch.load(path, weights_only=True, mmap=how != "torch.load")
+mark("state dict loaded")  # both copies alive: the model's weights and the loaded tensors
+model.load_state_dict(state, assign=how == "meta + assign")
+del state
+gc.collect()
+mark("loaded into the model")
 model.eval()
 with torch.inference_mode():
-    model(torch.randn(1, 3, 64, 64))  # it works: every weight is real
-print(json.dumps({"rss_growth": max(0, peak - before)}))
+    model(torch.randn(1, 3, 64, 64))  # it works: every weight is real (and, mapped, read now)
+mark("after the first forward")
+print(json.dumps(stages))
 """
 
+#: The stages at which :func:`load_memory` reads the child's memory, in order.
+LOAD_STAGES = ("model built", "state dict loaded", "loaded into the model", "after the first forward")
 
-def load_rss_growth(path: str | os.PathLike[str], how: str) -> int:
-    """The peak resident memory a fresh Python process gains while it builds a resnet18 and loads ``path`` (a
-    state dict) into it, ``how`` = ``"torch.load"``, ``"torch.load(mmap=True)"`` or ``"meta + assign"`` (then it
-    runs the model once, to prove every weight is real). A fresh process each time, its peak reset before the
-    load (Linux's ``/proc/self/clear_refs``; elsewhere the RSS after loading): memory a process freed is not
-    always returned to the OS, and a forked child starts with its parent's peak."""
+
+def load_memory(path: str | os.PathLike[str], how: str) -> dict[str, dict[str, int]]:
+    """What a fresh Python process holds while it builds a resnet18 and loads ``path`` (a state dict) into it,
+    ``how`` = ``"torch.load"``, ``"torch.load(mmap=True)"`` or ``"meta + assign"`` (``mmap=True`` and
+    ``assign=True`` on a model built on the meta device); then it runs the model once, which proves every weight
+    is real and, for a mapped file, reads it.
+
+    Returns, for each of :data:`LOAD_STAGES`, the growth since the start of ``anon`` (``RssAnon``: private memory,
+    which only swap can reclaim), ``file`` (``RssFile``: resident pages of mapped files, clean page cache the kernel
+    can drop and read again) and ``peak`` (``VmHWM``, the process's highest RSS, both kinds together). A fresh
+    process each time, its peak reset first (``/proc/self/clear_refs``): memory a process freed is not always
+    returned to the OS, and a forked child starts with its parent's peak. Linux only (``/proc``)."""
     import json
     import subprocess
     import sys
@@ -171,6 +207,8 @@ def load_rss_growth(path: str | os.PathLike[str], how: str) -> int:
     check_choice("how", how, ("torch.load", "torch.load(mmap=True)", "meta + assign"), hint="a loading method")
     if not os.path.isfile(path):
         raise ValueError(f"path={str(path)!r} is not a file: save a state dict there first (torch.save).")
+    if not os.path.exists("/proc/self/status"):
+        raise RuntimeError("load_memory reads /proc/self/status (RssAnon, RssFile): it needs Linux.")
     try:
         out = subprocess.run(
             [sys.executable, "-c", _LOAD_SCRIPT, str(path), how],
@@ -184,4 +222,4 @@ def load_rss_growth(path: str | os.PathLike[str], how: str) -> int:
     if out.returncode != 0:  # an OOM-killed child (status -9) leaves no stderr at all
         tail = " | ".join(out.stderr.strip().splitlines()[-3:]) or f"no message: killed by signal {-out.returncode}?"
         raise RuntimeError(f"loading with {how} failed in a fresh process (exit status {out.returncode}): {tail}")
-    return int(json.loads(out.stdout.strip().splitlines()[-1])["rss_growth"])
+    return json.loads(out.stdout.strip().splitlines()[-1])

@@ -201,6 +201,24 @@ def device_gaps(df: Any, min_gap_us: float = 1.0) -> Any:
     return gaps[gaps >= min_gap_us]
 
 
+def kernel_time(df: Any, ops: Any) -> float:
+    """The device time (µs) of the GPU kernels launched from inside ``ops`` (rows of a trace from
+    :func:`load_trace`, e.g. every ``aten::conv2d``): each launch (a ``cuda_runtime``/``cuda_driver`` event inside an
+    op's range, on its thread) is matched to its kernel by the trace's ``correlation`` id. On a GPU this, not the
+    ops' own (CPU) duration, is what the device spent on them: the CPU side is only the launch. 0.0 on a CPU trace."""
+    import numpy as np
+
+    launches = df[df["cat"].isin(["cuda_runtime", "cuda_driver"])]
+    if launches.empty or ops.empty:
+        return 0.0
+    inside = np.zeros(len(launches), dtype=bool)
+    for ts, end, tid in ops[["ts", "end", "tid"]].itertuples(index=False):
+        inside |= ((launches["ts"] >= ts) & (launches["end"] <= end) & (launches["tid"] == tid)).to_numpy()
+    ids = {a.get("correlation") for a in launches[inside]["args"]} - {None}
+    kernels = df[(df["cat"] == "kernel") & df["args"].map(lambda a: a.get("correlation") in ids)]
+    return float(kernels["dur"].sum())
+
+
 def input_types(df: Any, op: str) -> set[str]:
     """The input dtypes recorded for ``op`` (needs ``record_shapes=True``), e.g. {'float', 'c10::BFloat16'}."""
     types: set[str] = set()

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 from conftest import one_line
@@ -142,21 +144,35 @@ def test_the_snapshot_timeline_follows_allocations_and_frees():
         memory.snapshot_timeline({"segments": []})
 
 
-def test_loading_with_mmap_or_on_meta_holds_the_weights_once(tmp_path):
-    """The three ways of loading a state dict all give a working model (the child runs it), and the invariant the
-    notebook teaches holds: a plain load into a built model holds at least the weights once more, the mapped
-    file assigned to a meta model far less (its pages are not read while it loads)."""
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="RssAnon and RssFile are Linux's /proc fields")
+def test_loading_with_mmap_or_on_meta_holds_one_private_copy(tmp_path):
+    """The three ways of loading a state dict all give a working model (the child runs it), and the invariants the
+    notebook teaches hold, in private (anonymous) memory: a plain load holds two private copies while both live,
+    a mapped file one private copy plus clean file pages, a mapped file assigned to a meta model no private copy
+    (its pages are file-backed, read by the first forward)."""
     import torchvision
 
     path = tmp_path / "resnet18.pt"
     model = torchvision.models.resnet18()
     torch.save(model.state_dict(), path)
     weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    growth = {
-        how: memory.load_rss_growth(path, how) for how in ("torch.load", "torch.load(mmap=True)", "meta + assign")
-    }
-    assert all(g > 0 for g in growth.values()), growth
-    assert growth["torch.load"] >= weights, (growth, weights)
-    assert growth["meta + assign"] < weights / 2, (growth, weights)
+    got = {how: memory.load_memory(path, how) for how in ("torch.load", "torch.load(mmap=True)", "meta + assign")}
+    assert all(list(stages) == list(memory.LOAD_STAGES) for stages in got.values()), got
+    both = {how: stages["state dict loaded"] for how, stages in got.items()}
+    assert both["torch.load"]["anon"] >= 1.8 * weights, both  # the model's weights and the loaded copy
+    assert 0.8 * weights <= both["torch.load(mmap=True)"]["anon"] < 1.5 * weights, both  # the model's only
+    assert both["meta + assign"]["anon"] < 0.2 * weights, both
+    after = got["meta + assign"]["after the first forward"]
+    assert after["file"] >= 0.8 * weights and after["anon"] < 0.5 * weights, after  # read from the file, not copied
     with pytest.raises(ValueError, match="loading method"):
-        memory.load_rss_growth(path, "pickle")
+        memory.load_memory(path, "pickle")
+
+
+def test_resident_memory_sees_a_private_allocation():
+    before = memory.resident_memory()
+    if before is None:
+        pytest.skip("no /proc/self/status here")
+    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, written: resident and private
+    after = memory.resident_memory()
+    assert after["anon"] - before["anon"] >= 48 * 2**20, (before, after)
+    del block

@@ -142,3 +142,24 @@ def test_mfu_is_a_share_of_the_dtype_roof_and_none_beyond_it():
     with pytest.raises(ValueError, match="achieved_flops") as info:
         rf.mfu(-1.0)
     assert one_line(info.value)
+
+
+def test_kernel_time_follows_launches_from_inside_the_ops_to_their_kernels():
+    import pandas as pd
+
+    rows = [
+        ("aten::conv2d", "cpu_op", 0, 10, 1, {}),
+        ("cudaLaunchKernel", "cuda_runtime", 2, 1, 1, {"correlation": 7}),
+        ("aten::add", "cpu_op", 20, 5, 1, {}),
+        ("cudaLaunchKernel", "cuda_runtime", 21, 1, 1, {"correlation": 8}),
+        ("cudaLaunchKernel", "cuda_runtime", 3, 1, 2, {"correlation": 9}),  # another thread: not the conv's
+        ("implicit_gemm", "kernel", 30, 40, 9, {"correlation": 7}),
+        ("elementwise", "kernel", 80, 3, 9, {"correlation": 8}),
+        ("other", "kernel", 90, 11, 9, {"correlation": 9}),
+    ]
+    df = pd.DataFrame(rows, columns=["name", "cat", "ts", "dur", "tid", "args"])
+    df["end"] = df["ts"] + df["dur"]
+    assert profiling.kernel_time(df, df[df["name"] == "aten::conv2d"]) == 40.0
+    assert profiling.kernel_time(df, df[df["cat"] == "cpu_op"]) == 43.0
+    cpu_only = df[df["cat"] == "cpu_op"]
+    assert profiling.kernel_time(cpu_only, cpu_only) == 0.0
