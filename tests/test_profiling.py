@@ -163,3 +163,17 @@ def test_kernel_time_follows_launches_from_inside_the_ops_to_their_kernels():
     assert profiling.kernel_time(df, df[df["cat"] == "cpu_op"]) == 43.0
     cpu_only = df[df["cat"] == "cpu_op"]
     assert profiling.kernel_time(cpu_only, cpu_only) == 0.0
+
+
+def test_the_nsight_script_runs_no_torch_profiler_and_says_why_it_stops_without_a_gpu():
+    """08's Nsight recipe profiles scripts/profile_nsight.py, not the notebook: one CUPTI subscriber per process."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "profile_nsight.py"
+    assert "torch.profiler" not in script.read_text().split('"""', 2)[2], "the script must not start torch.profiler"
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the script would record for real")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no CUDA GPU" in out.stdout and len(out.stdout.strip().splitlines()) == 1, out
