@@ -9,7 +9,7 @@ algorithm choice, the allocator), then records ``--requests`` requests between `
 
     nsys profile -t cuda,nvtx,osrt --capture-range=cudaProfilerApi --pytorch=autograd-nvtx \\
         -o outputs/traces/08 .venv/bin/python scripts/profile_nsight.py
-    ncu --set full --nvtx --nvtx-include "model/" -c 5 -o outputs/traces/08-kernels \\
+    ncu --set full --profile-from-start off --nvtx --nvtx-include "model/" -c 5 -o outputs/traces/08-kernels \\
         .venv/bin/python scripts/profile_nsight.py --requests 1
 
 Without a CUDA GPU it says so in one line and exits with status 2.
