@@ -400,3 +400,86 @@ def tied_settings(comparison: Comparison) -> tuple[int, list[int]]:
         label for label in comparison.labels if label != best and not comparison.verdict(label, against=best).decided
     ]
     return comparison[best].meta["max_batch"], sorted(comparison[label].meta["max_batch"] for label in tied)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What :func:`capacity_at_target` found: the highest arrival ``rate`` (requests/s) at which the simulated server
+    meets both the p99 target and the utilisation ceiling, the ``p99`` and ``busy`` share there, the
+    ``stability_limit`` (full batches served as fast as they arrive: the rate no queue survives), and which
+    constraint stops the rate from going higher: ``binds`` is ``"the p99 target"``, ``"the utilisation ceiling"``,
+    both joined by "and", or ``"stability"`` (neither binds below the stability limit)."""
+
+    rate: float
+    p99: float
+    busy: float
+    binds: str
+    stability_limit: float
+
+    def sentence(self) -> str:
+        if self.rate == 0:
+            return f"no rate meets the target: {self.binds} is missed even by a lone request"
+        return (
+            f"{self.rate:,.1f} requests/s (p99 {self.p99 * 1e3:.3g} ms, busy {self.busy:.0%}; the stability limit is "
+            f"{self.stability_limit:,.1f}/s): {self.binds} binds"
+        )
+
+
+def capacity_at_target(
+    service: Callable[[int], float],
+    max_batch: int,
+    timeout: float,
+    p99_target: float,
+    ceiling: float,
+    n_requests: int = 5000,
+    tolerance: float = 0.01,
+) -> Capacity:
+    """The highest arrival rate a server (``max_batch``, ``timeout``, service times from ``service``, e.g. a
+    :class:`SampledLatency`) sustains with a simulated p99 latency at most ``p99_target`` seconds and busy at most
+    ``ceiling`` of the time, found by bisection up to the stability limit (``max_batch`` / the service time of a
+    full batch) to within ``tolerance`` of that limit, on one arrival trace (a fixed seed: the p99 and the busy
+    share then grow with the rate). The first tenth of the requests warms the queue up and is left out of the p99.
+    Says which constraint binds: the one that fails just above the rate found."""
+    check_int("max_batch", max_batch, hint="pass the largest batch the server forms, e.g. 32")
+    check_number("timeout", timeout, minimum=0, hint="pass how long (seconds) the oldest request may wait, e.g. 0.002")
+    check_number("p99_target", p99_target, positive=True, hint="pass the p99 latency target in seconds, e.g. 0.02")
+    check_number("ceiling", ceiling, positive=True, hint="pass the busiest share allowed, e.g. 0.7")
+    if ceiling > 1:
+        raise ValueError(f"ceiling={ceiling!r} is a share of the time: pass at most 1, e.g. 0.7.")
+    check_int("n_requests", n_requests, minimum=100, maximum=10**7, hint="pass how many requests to simulate")
+    check_number("tolerance", tolerance, positive=True, hint="pass a fraction of the limit, e.g. 0.01")
+    if tolerance > 0.5:
+        raise ValueError(f"tolerance={tolerance!r} is a fraction of the stability limit: pass at most 0.5, e.g. 0.01.")
+    check_callable("service", service, hint="pass a function batch size → seconds, e.g. SampledLatency(...)")
+    median = service.median if isinstance(service, SampledLatency) else service
+    limit = max_batch / median(max_batch)
+
+    def run(rate: float) -> tuple[float, float]:
+        sim = simulate_server(rate, max_batch, timeout, service, n_requests=n_requests)
+        p99 = float(np.percentile(sim.latencies[n_requests // 10 :], 99))
+        busy = float(sum(map(median, sim.batch_sizes.tolist())) * sim.throughput / n_requests)
+        return p99, busy
+
+    def failing(p99: float, busy: float) -> list[str]:
+        return [
+            name
+            for name, bad in (("the p99 target", p99 > p99_target), ("the utilisation ceiling", busy > ceiling))
+            if bad
+        ]
+
+    top = limit * (1 - tolerance / 2)  # just below the limit: above it the queue grows without bound
+    p99, busy = run(top)
+    if not failing(p99, busy):
+        return Capacity(top, p99, busy, "stability", limit)
+    low, best = 0.0, (0.0, math.nan, math.nan)
+    high = top
+    while high - low > tolerance * limit:
+        mid = (low + high) / 2
+        p99, busy = run(mid)
+        if failing(p99, busy):
+            high = mid
+        else:
+            low, best = mid, (mid, p99, busy)
+    above = run(high)
+    binds = " and ".join(failing(*above)) or "the p99 target"
+    return Capacity(best[0], best[1], best[2], binds, limit)

@@ -232,3 +232,21 @@ def test_p99_over_seeds_compares_timeouts_at_one_max_batch():
     assert cmp.verdict("timeout 0.01 s").slower  # waiting 10 ms for company at a light load only adds latency
     with pytest.raises(ValueError, match="one per max batch"):
         batching.p99_over_seeds(50.0, [8, 8], [0.0, 1e-3, 1e-2], service, seeds=6)
+
+
+def test_capacity_at_target_finds_the_rate_where_a_constraint_binds_and_says_which():
+    def service(b):
+        return 0.001 + 0.0001 * b  # a full batch of 8: 1.8 ms, so the stability limit is 8 / 1.8 ms
+
+    limit = 8 / service(8)
+    by_ceiling = batching.capacity_at_target(service, 8, 0.0005, p99_target=1.0, ceiling=0.5, n_requests=3000)
+    assert by_ceiling.binds == "the utilisation ceiling" and by_ceiling.busy <= 0.5 < by_ceiling.busy + 0.05
+    assert by_ceiling.stability_limit == pytest.approx(limit) and 0 < by_ceiling.rate < limit
+    by_target = batching.capacity_at_target(service, 8, 0.0005, p99_target=0.004, ceiling=1.0, n_requests=3000)
+    assert by_target.binds == "the p99 target" and by_target.p99 <= 0.004
+    free = batching.capacity_at_target(service, 8, 0.0005, p99_target=10.0, ceiling=1.0, n_requests=3000)
+    assert free.binds == "stability" and free.rate == pytest.approx(limit, rel=0.01)
+    impossible = batching.capacity_at_target(service, 8, 0.0005, p99_target=0.0005, ceiling=1.0, n_requests=3000)
+    assert impossible.rate == 0 and "no rate" in impossible.sentence()
+    with pytest.raises(ValueError, match="ceiling"):
+        batching.capacity_at_target(service, 8, 0.0005, p99_target=0.01, ceiling=1.5)
