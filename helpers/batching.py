@@ -154,8 +154,11 @@ def choose_batch(
 def shape_buckets(largest: int, most: int = 8) -> list[int]:
     """The batch sizes a compiled model or a CUDA graph is given (each one its own recorded graph): powers of two
     up to ``largest``, and ``largest`` itself, at most ``most`` of them (1, then the largest ones, so a partial batch
-    is padded at most to twice its size, except the smallest ones). Eight by default: PyTorch warns beyond
-    eight recorded CUDA graphs of one function (``cudagraph_dynamic_shape_warn_limit``)."""
+    is padded at most to twice its size, except the smallest ones). Eight by default: with ``dynamic=False`` each
+    shape is a compile of its own, and Dynamo stops recompiling a function after
+    ``torch._dynamo.config.recompile_limit`` of them (8 by default); with dynamic shapes, PyTorch warns beyond eight
+    recorded CUDA graphs of one function
+    (``cudagraph_dynamic_shape_warn_limit``)."""
     check_int("largest", largest, hint="pass the largest batch served, e.g. 64")
     check_int("most", most, minimum=2, hint="pass how many shapes to allow at most, e.g. 8")
     sizes = sorted({2**k for k in range(largest.bit_length()) if 2**k < largest} | {largest})
