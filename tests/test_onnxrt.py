@@ -94,12 +94,18 @@ def test_cpu_only_onnxruntime_beside_a_cuda_torch(monkeypatch):
     assert onnxrt.provider_status("CPUExecutionProvider")[0]
 
 
-@pytest.mark.gpu(reason="IO binding needs a CUDA GPU")
-def test_io_binding_keeps_tensors_on_the_gpu_and_converts_dtypes(cnn_path):
+@pytest.fixture
+def cuda_model(cnn_path):
+    """The small CNN and its ORT session on the CUDA provider, as an OrtModel (skipped where the provider fails)."""
     model, path = cnn_path
     if not onnxrt.provider_works("CUDAExecutionProvider"):
         pytest.skip("this onnxruntime has no working CUDA provider")
-    ort_model = onnxrt.OrtModel(onnxrt.session(path, "CUDAExecutionProvider"))
+    return model, onnxrt.OrtModel(onnxrt.session(path, "CUDAExecutionProvider"))
+
+
+@pytest.mark.gpu(reason="IO binding needs a CUDA GPU")
+def test_io_binding_keeps_tensors_on_the_gpu_and_converts_dtypes(cuda_model):
+    model, ort_model = cuda_model
     x = torch.randn(5, 1, 8, 8, device="cuda")
     out = ort_model(x.double())  # another dtype is converted, not reinterpreted
     assert out.is_cuda
@@ -107,11 +113,8 @@ def test_io_binding_keeps_tensors_on_the_gpu_and_converts_dtypes(cnn_path):
 
 
 @pytest.mark.gpu(reason="a shared stream needs a CUDA GPU")
-def test_a_gpu_session_runs_on_a_stream_of_torchs_and_orders_itself_on_the_gpu(cnn_path):
-    model, path = cnn_path
-    if not onnxrt.provider_works("CUDAExecutionProvider"):
-        pytest.skip("this onnxruntime has no working CUDA provider")
-    ort_model = onnxrt.OrtModel(onnxrt.session(path, "CUDAExecutionProvider"))
+def test_a_gpu_session_runs_on_a_stream_of_torchs_and_orders_itself_on_the_gpu(cuda_model):
+    model, ort_model = cuda_model
     assert ort_model.stream is not None and ort_model.stream.cuda_stream != 0
     x = torch.randn(64, 1, 8, 8, device="cuda")
     torch.cuda.set_sync_debug_mode("error")  # no host synchronisation inside the call (a function, not a context)
