@@ -239,12 +239,27 @@ def goodput(rows: Sequence[Mapping[str, Any]]) -> float:
 
 
 def knee(rows: Sequence[Mapping[str, Any]]) -> float | None:
-    """The lowest offered rate (req/s) among summary rows of one setting at which the server was saturated (its
-    queue grew during the run: :meth:`LoadRun.saturated`); ``None`` if it kept up at every rate swept."""
+    """The lowest offered rate (req/s) among summary rows of one setting from which the server was saturated at
+    every higher rate swept too (its queue grew, or it shed or lost requests: :meth:`LoadRun.saturated`); ``None``
+    if the highest rate swept was not saturated. A single saturated run below rates that kept up (a noisy short
+    run) is not the knee: saturation must hold from there on."""
     if not rows or any("saturated" not in r or "offered (req/s)" not in r for r in rows):
         raise ValueError("pass LoadRun.summary() rows of one setting: each needs 'offered (req/s)' and 'saturated'.")
-    hit = [float(r["offered (req/s)"]) for r in rows if r["saturated"]]
-    return min(hit) if hit else None
+    found = None
+    for r in sorted(rows, key=lambda r: float(r["offered (req/s)"]), reverse=True):
+        if not r["saturated"]:
+            break
+        found = float(r["offered (req/s)"])
+    return found
+
+
+def latencies_of_all(run: LoadRun, timeout: float) -> list[float]:
+    """Every request sent in ``run``, in send order: its latency if it was answered with 200, else ``timeout``
+    (a 503, an error or a request the client gave up on is a miss, counted at the longest wait the client
+    accepts). Two runs on the same arrival trace (same seed, rate and duration) then compare request for request,
+    none left out because it was not answered."""
+    check_number("timeout", timeout, positive=True, hint="pass the client's time-out in seconds, e.g. 2.0")
+    return [float(t) if ok else float(timeout) for t, ok in zip(run.latency, run.ok, strict=True)]
 
 
 def machines_for(load: float, per_machine: float) -> int:

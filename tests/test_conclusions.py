@@ -203,9 +203,6 @@ def test_conclusions_come_from_the_verdict_helper(path):
 #: converts its notebooks to one-session comparisons and deletes their names here.
 PENDING_SESSIONS: set[str] = {
     "10_llm_decoding",
-    "11_shipping",
-    "12_serving",
-    "13_llm_serving",
 }
 
 JUDGES = {"verdict", "compare", "winner"}

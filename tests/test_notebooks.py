@@ -117,3 +117,49 @@ def test_exercises_work_the_same_way(path):
         hidden = cell.metadata.get("jupyter", {})
         assert hidden.get("source_hidden") and hidden.get("outputs_hidden"), "solutions start collapsed"
         assert "solution" in cell.metadata.get("tags", []), "solution cells are tagged (handouts leave them out)"
+
+
+def _code(name: str) -> str:
+    nb = nbformat.read(REPO / "notebooks" / f"{name}.ipynb", as_version=4)
+    return "\n\n".join(c.source for c in nb.cells if c.cell_type == "code" and not c.source.lstrip().startswith("%"))
+
+
+def test_load_comparisons_use_one_arrival_trace_per_load():
+    """12 seeds every load run by its rate, so 1 and 2 replicas (and every batch setting) are sent the same arrival
+    trace at a rate; 13 makes a load's requests once, before every policy serves them."""
+    import ast
+
+    tree = ast.parse(_code("12_serving"))
+    seeds = [
+        ast.unparse(k.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "serving.open_loop"
+        for k in node.keywords
+        if k.arg == "seed"
+    ]
+    assert seeds and all(s == "int(rate)" for s in seeds), f"12's load runs must be seeded by their rate: {seeds}"
+    tree = ast.parse(_code("13_llm_serving"))
+    loops = [n for n in ast.walk(tree) if isinstance(n, ast.For) and ast.unparse(n.iter) == "LOADS"]
+    sweep = next(loop for loop in loops if "make_requests" in ast.unparse(loop))
+    first, inner = sweep.body[0], [n for n in sweep.body if isinstance(n, ast.For)]
+    assert "make_requests" in ast.unparse(first), "13 must make a load's requests first, once"
+    assert inner and "POLICIES" in ast.unparse(inner[0].iter), "then every policy must serve those requests"
+    assert "requests" in ast.unparse(inner[0].body[0]), "each policy's run must serve the load's one set of requests"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_next_links_exist_and_lead_on(path):
+    """The "## Next" section links only notebooks that exist, and the one after this one where there is one."""
+    import re
+
+    nb = nbformat.read(path, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    if "## Next" not in text:
+        pytest.skip(f"{path.stem} has no Next section")
+    section = text.split("## Next", 1)[1].split("\n## ", 1)[0]
+    links = re.findall(r"\((\d\d_\w+\.ipynb)\)", section)
+    missing = [link for link in links if not (path.parent / link).exists()]
+    assert not missing, f"{path.stem}'s Next section links notebooks that do not exist: {missing}"
+    following = sorted(path.parent.glob(f"{int(path.stem[:2]) + 1:02d}_*.ipynb"))
+    if following:
+        assert following[0].name in links, f"{path.stem}'s Next section should lead on to {following[0].name}"

@@ -193,6 +193,9 @@ def test_knee_goodput_and_capacity():
     ]
     assert serving.knee(rows) == 40 and serving.goodput(rows) == 20
     assert serving.knee(rows[:2]) is None
+    blip = [{**rows[0], "saturated": True}, *rows[1:]]  # saturated once, below a rate that kept up: not the knee
+    assert serving.knee(blip) == 40
+    assert serving.knee([{**r, "saturated": True} for r in rows]) == 10
     assert serving.goodput([{**r, "meets p99 target": False} for r in rows]) == 0.0
     assert serving.machines_for(1000, 20) == 50 and serving.machines_for(1001, 20) == 51
     assert serving.cost_per_million(100, 0.36) == pytest.approx(1.0)  # 360 000 requests per $0.36-hour
@@ -278,3 +281,21 @@ def test_a_driver_that_fails_stops_its_ray_node():
             watchdog.cancel()
             if driver.poll() is None:
                 driver.kill()
+
+
+def test_latencies_of_all_count_every_request_sent():
+    run = serving.LoadRun(
+        url="http://x/",
+        rate=10.0,
+        duration=1.0,
+        scheduled=np.array([0.0, 0.1, 0.2]),
+        sent=np.array([0.0, 0.1, 0.2]),
+        done=np.array([0.05, 0.3, 0.25]),
+        status=np.array([200, 503, 0]),
+        bodies=["{}", "", ""],
+        cpu_seconds=0.1,
+        wall_seconds=1.0,
+    )
+    assert serving.latencies_of_all(run, 2.0) == [pytest.approx(0.05), 2.0, 2.0]
+    with pytest.raises(ValueError, match="time-out"):
+        serving.latencies_of_all(run, 0)
