@@ -203,6 +203,7 @@ def test_conclusions_come_from_the_verdict_helper(path):
 #: converts its notebooks to one-session comparisons and deletes their names here.
 PENDING_SESSIONS: set[str] = {
     "10_llm_decoding",
+    "11_shipping",
 }
 
 JUDGES = {"verdict", "compare", "winner"}

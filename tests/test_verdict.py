@@ -314,3 +314,10 @@ def test_a_comparison_judges_time_per_item_across_batch_sizes():
     no_items = time_together({"a": lambda: None, "b": lambda: None}, budget=0.2)
     with pytest.raises(ValueError, match="items"):
         no_items.verdict("b", per_item=True)
+
+
+def test_too_few_samples_says_how_many_the_interval_needs():
+    a = Measurement.from_samples([1.0, 1.1, 1.2], label="a")
+    b = Measurement.from_samples([2.0, 2.1, 2.2], label="b")
+    v = verdict(a, b, min_samples=3, independent="each is a fresh process")
+    assert v.outcome == "too few samples" and "at least 4 each" in v.sentence(), v.sentence()
