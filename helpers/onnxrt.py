@@ -489,6 +489,30 @@ def quantize(
     return out
 
 
+def profile_ops(path: str | os.PathLike[str], x: np.ndarray, calls: int = 10) -> dict[str, float]:
+    """ONNX Runtime's own profiler on the CPU provider (``enable_profiling``, as notebook 05 does by hand): the
+    microseconds per call each op type spent in its kernels over ``calls`` runs of input ``x``, largest first."""
+    import json
+
+    import onnxruntime as ort
+
+    check_int("calls", calls, hint="pass how many runs to profile, e.g. 10")
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(onnx_dir() / f"{Path(path).stem}_profile")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    for _ in range(calls):
+        sess.run(None, {sess.get_inputs()[0].name: x})
+    with open(sess.end_profiling(), encoding="utf-8") as f:
+        events = json.load(f)
+    totals: Counter[str] = Counter()
+    for e in events:
+        if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
+            totals[e["args"]["op_name"]] += e["dur"] / calls
+    return dict(totals.most_common())
+
+
 def optimized_summary(path: str | os.PathLike[str], level: str = "extended") -> GraphSummary:
     """The graph ONNX Runtime's CPU provider actually runs at ``level``: e.g. how many QDQ-wrapped convolutions
     it fused into ``QLinearConv`` and how many it left as fp32 ``Conv``."""

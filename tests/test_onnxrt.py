@@ -285,3 +285,10 @@ def test_the_tensorrt_pins_match_what_the_provider_links():
     pins = [line for line in text.splitlines() if line.startswith("tensorrt")]
     assert pins and all(f"=={major}." in pin for pin in pins), (major, pins)
     assert all(lib.endswith(f".so.{major}") for lib in onnxrt.TENSORRT_LIBS), (major, onnxrt.TENSORRT_LIBS)
+
+
+def test_profile_ops_reports_the_kernels_that_ran(cnn_path):
+    _, path = cnn_path
+    ops = onnxrt.profile_ops(path, np.random.rand(4, 1, 8, 8).astype(np.float32), calls=3)
+    assert "Conv" in ops or "FusedConv" in ops, ops
+    assert all(us >= 0 for us in ops.values()) and list(ops.values()) == sorted(ops.values(), reverse=True)
