@@ -27,6 +27,8 @@ STYLE = {
     "font.size": 10,
 }
 GOOD, BAD, NEUTRAL = "#2a9d8f", "#e76f51", "#577590"
+SAME = "#adb5bd"  # within noise of the step before
+UNDECIDED = "#ffffff"  # too few samples, or timed in separate sessions: drawn white with a hatch, never as "same"
 PALETTE = [NEUTRAL, GOOD, "#f4a261", "#8e6c8a", "#e9c46a", "#264653", BAD]
 
 
@@ -206,9 +208,10 @@ def waterfall(
 ) -> Any:
     """Cumulative waterfall: each step's bar shows its value, regressions kept visible (a regression is a
     result too). With ``measurements`` (one timing per step), each bar is coloured by
-    :func:`helpers.verdict.verdict` against the step before: green faster, red slower, grey within noise, too few
-    samples or not compared (steps timed in separate sessions: pass paired ``verdicts`` instead); without them,
-    by the direction of the value alone (and the title says so).
+    :func:`helpers.verdict.verdict` against the step before: green faster, red slower, grey within noise, white
+    and hatched when undecided (too few samples, or steps timed in separate sessions: pass paired ``verdicts``
+    instead) — an undecided step is never drawn as "within noise"; without them, by the direction of the value
+    alone (and the title says so).
     ``verdicts`` (one :class:`helpers.verdict.Verdict` per bar after the first) colours the bars by verdicts
     already taken instead, e.g. paired ones from interleaved timing, or each against the step it builds on."""
     if isinstance(steps, (str, bytes)) or not isinstance(steps, (list, tuple)) or not steps:
@@ -228,19 +231,20 @@ def waterfall(
             )
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(steps)), 4.0))
     colors = [NEUTRAL]
+    shade = {"faster": GOOD, "slower": BAD, "within noise": SAME}  # any other outcome is undecided
     if verdicts is not None:
-        for v in verdicts:
-            colors.append(GOOD if v.outcome == "faster" else BAD if v.outcome == "slower" else "#adb5bd")
+        colors += [shade.get(v.outcome, UNDECIDED) for v in verdicts]
     elif measurements is not None:
-        for prev, cur in itertools.pairwise(measurements):
-            outcome = verdict(cur, prev).outcome
-            colors.append(GOOD if outcome == "faster" else BAD if outcome == "slower" else "#adb5bd")
+        colors += [shade.get(verdict(cur, prev).outcome, UNDECIDED) for prev, cur in itertools.pairwise(measurements)]
     else:
         for prev, cur in itertools.pairwise(values):
             better = cur >= prev if higher_is_better else cur <= prev
             colors.append(GOOD if better else BAD)
     x = np.arange(len(steps))
-    ax.bar(x, values, color=colors)
+    bars = ax.bar(x, values, color=colors, edgecolor=[SAME if c == UNDECIDED else c for c in colors])
+    for bar, color in zip(bars, colors, strict=True):
+        if color == UNDECIDED:
+            bar.set_hatch("//")
     ax.plot(x, values, "k--", linewidth=0.8, alpha=0.6)
     base = values[0]
     for i, value in enumerate(values):
@@ -250,9 +254,9 @@ def waterfall(
     ax.set_ylim(top=max(values) * 1.2 if max(values) > 0 else 1.0)  # room for the labels under the title
     ax.set_ylabel(metric)
     legend = (
-        "green faster, red slower, grey within noise of the step before or not compared"
+        "green faster, red slower, grey within noise of the step before, hatched undecided"
         if measurements is not None
-        else "green faster, red slower, grey within noise, by each step's verdict"
+        else "green faster, red slower, grey within noise, hatched undecided, by each step's verdict"
         if verdicts is not None
         else "red: worse than the step before, noise not judged"
     )

@@ -608,9 +608,9 @@ def interleaved(
     ``repeats`` is the most rounds taken (a smaller value still takes :data:`MIN_ROUNDS`). Every sample is
     synchronised and timed with ``perf_counter`` (on a GPU too: a round must end before the next candidate
     starts), so compare interleaved measurements with each other, not with ``benchmark``'s.
-    ``setup`` maps a label to a call made before each of that candidate's samples, outside the timed region
-    (e.g. :func:`cache_flusher`'s, so the call is timed with cold caches); such a candidate takes one call per
-    sample.
+    ``setup`` maps a label to a call made before each of that candidate's calls (its first, its warm-up and each
+    sample), outside the timed region: e.g. :func:`cache_flusher`'s, so the call is timed with cold caches, or
+    one that gives the candidate state it needs (its own KV cache); such a candidate takes one call per sample.
     """
     if not isinstance(candidates, Mapping) or len(candidates) < 2:
         raise ValueError("interleaved() needs a dict of at least two labelled callables: {'eager': lambda: ..., ...}.")
@@ -637,15 +637,21 @@ def interleaved(
     dev = choose_device(device)
     limit = math.inf if budget is None else float(budget)
     meter = LoadMeter()
+
+    def prepared(name: str) -> float:  # one call timed apart, after its setup (a setup may be state it needs)
+        if name in setup:
+            setup[name]()
+        return timed_call(candidates[name], device=dev)[0]
+
     with _autograd(inference_mode):
-        first = {name: timed_call(candidates[name], device=dev)[0] for name in labels}
+        first = {name: prepared(name) for name in labels}
         begin = time.perf_counter()
         estimate = dict(first)
         for name in labels:
             for _ in range(warmup):
                 if time.perf_counter() - begin + estimate[name] > limit / 4:
                     break
-                estimate[name] = min(estimate[name], timed_call(candidates[name], device=dev)[0])
+                estimate[name] = min(estimate[name], prepared(name))
         planned = plan(
             [estimate[n] for n in labels],
             limit - (time.perf_counter() - begin),

@@ -413,15 +413,18 @@ def noise_note(measurements: Sequence[Measurement]) -> str | None:
 
 def sweep_warning(xs: Sequence[Any], measurements: Sequence[Measurement], increasing: bool = True) -> str | None:
     """For a sweep whose time should grow with ``xs`` (more work per call): one line naming the steps where it
-    fell instead, decided by :func:`verdict` on the two sizes' samples as independent samples (each size is a
-    workload of its own: a drop is a disturbed measurement, not a comparison), so noise is not called a drop;
-    None when the sweep behaves. Usually a busy machine: a delayed small size, or a large one that ran alone."""
+    fell instead, decided by :func:`verdict` (no margin), so noise is not called a drop; None when the sweep
+    behaves. Sizes timed together in one session (:func:`time_together`) are judged round by round (paired): a
+    drop that survives that is not drift but the library itself (another kernel or thread split for one size).
+    Sizes timed apart are judged as independent samples, and a drop is most often a busy machine."""
     check_measurements("measurements", measurements)
     if isinstance(xs, (str, bytes)) or not hasattr(xs, "__len__"):
         raise TypeError(f"xs must be a list of sweep values (one per measurement), got {type(xs).__name__}.")
     if len(xs) != len(measurements):
         raise ValueError(f"xs has {len(xs)} values but there are {len(measurements)} measurements; pass one each.")
-    why = "a sweep's sizes are separate workloads; a drop flags a disturbed measurement"
+    sessions = {m.session for m in measurements}
+    together = len(sessions) == 1 and None not in sessions
+    why = None if together else "a sweep's sizes are separate workloads; a drop flags a disturbed measurement"
     drops = []
     for (x0, m0), (x1, m1) in itertools.pairwise(zip(xs, measurements, strict=True)):
         v = verdict(m1, m0, independent=why, margin=0)
@@ -429,8 +432,14 @@ def sweep_warning(xs: Sequence[Any], measurements: Sequence[Measurement], increa
             drops.append(f"{x0} → {x1} ({v.ratio:.2f}× less time)" if increasing else f"{x0} → {x1}")
     if not drops:
         return None
+    head = f"⚠ the time fell where more work should take longer: {', '.join(drops)}; "
+    if together:
+        return head + (
+            "the sizes were timed alternately in one session, so this is not drift: the library runs the smaller "
+            "size with a slower kernel or thread split (notebook 08 profiles such a switch)."
+        )
     busy = any(m.busy for m in measurements)
-    return f"⚠ the time fell where more work should take longer: {', '.join(drops)}; " + (
+    return head + (
         f"the machine was busy during the sweep — {_ADVICE}."
         if busy
         else "no other load was seen, so the library may have switched kernels or thread counts between "

@@ -89,7 +89,14 @@ def test_waterfall_colours_bars_by_the_verdicts_given():
     colors = [p.get_facecolor()[:3] for p in fig.axes[0].patches]
     to_rgb = plt.matplotlib.colors.to_rgb
     assert [v.outcome for v in verdicts] == ["faster", "within noise"]
-    assert colors == [pytest.approx(to_rgb(c)) for c in (plotting.NEUTRAL, plotting.GOOD, "#adb5bd")]
+    assert colors == [pytest.approx(to_rgb(c)) for c in (plotting.NEUTRAL, plotting.GOOD, plotting.SAME)]
+    few = Measurement(samples=(1.0, 1.1), label="few", session="s")  # too few samples: hatched, not "same"
+    fig = plotting.waterfall(["slow", "few"], [1.0, 1.0], verdicts=[verdict(few, slow)])
+    bar = fig.axes[0].patches[1]
+    assert bar.get_facecolor()[:3] == pytest.approx(to_rgb(plotting.UNDECIDED)) and bar.get_hatch() == "//"
+    other = Measurement(samples=slow.samples, label="other session", session="t")
+    fig = plotting.waterfall(["slow", "other"], [1.0, 1.0], measurements=[slow, other])  # separate sessions
+    assert fig.axes[0].patches[1].get_hatch() == "//"
     with pytest.raises(ValueError, match="one Verdict per bar"):
         plotting.waterfall(["a", "b"], [1.0, 2.0], verdicts=[])
     with pytest.raises(ValueError, match="not both"):

@@ -263,6 +263,14 @@ def test_sweep_warning_names_a_drop_that_is_beyond_noise():
     text = sweep_warning([1, 2, 4], [m(1e-3), m(2e-3), m(1e-3)])
     assert "2 → 4" in text and "1 → 2" not in text
     assert sweep_warning([1, 2], [m(1e-3), m(1.001e-3)]) is None  # within noise: not called a drop
+    assert "not drift" not in text  # sizes timed apart: the drop may be a busy machine
+
+    def together(t):  # sizes of one session (time_together): judged round by round
+        return Measurement(samples=tuple(t * (1 + 0.01 * np.sin(np.arange(10)))), session="sweep")
+
+    text = sweep_warning([1, 2, 4], [together(1e-3), together(2e-3), together(1e-3)])
+    assert "2 → 4" in text and "one session, so this is not drift" in text
+    assert sweep_warning([1, 2, 4], [together(1e-3), together(2e-3), together(4e-3)]) is None
 
 
 def test_to_dict_is_json_ready():

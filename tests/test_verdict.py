@@ -281,11 +281,12 @@ def test_a_setup_call_runs_before_each_sample_of_its_candidate_untimed():
     ms = interleaved(
         {"plain": lambda: calls.append("plain"), "after setup": lambda: calls.append("timed")},
         setup={"after setup": lambda: (calls.append("setup"), time.sleep(0.02))},
-        warmup=0,
+        warmup=2,
         budget=None,
         min_sample_time=1e-3,
     )
-    timed = [i for i, c in enumerate(calls) if c == "timed"][1:]  # after the first call, each follows its setup
+    timed = [i for i, c in enumerate(calls) if c == "timed"]  # every call, the first and warm-up ones too
+    assert len(timed) == 1 + 2 + ms["after setup"].n
     assert all(calls[i - 1] == "setup" for i in timed) and ms["after setup"].number == 1
     assert ms["after setup"].median < 0.01, "the setup's 20 ms are outside the timed region"
     with pytest.raises(ValueError, match="not a candidate"):
