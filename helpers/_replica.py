@@ -3,7 +3,8 @@ replica. It is run as a script (``python helpers/_replica.py '<json>'``), never 
 of the course's before the replica script does, so its clock sees what a real replica pays.
 
 It stamps the wall clock (``time.time()``, comparable with the parent's) at each phase: interpreter up,
-``import torch``, the replica script's ``load(artifacts, device)``, the first call, then checks the first answer
+``import torch``, the device's start (the CUDA context on a GPU; nothing on a CPU), reading the input, the
+replica script's ``load(artifacts, device)``, the first call, then checks the first answer
 against the expected output (``torch.testing.assert_close``), runs the script's optional
 ``after_first(artifacts)`` (untimed: e.g. saving a compile cache for the next replica) and times steady-state
 calls under a budget.
@@ -71,6 +72,10 @@ def main() -> None:
     spec.loader.exec_module(fp32)
     fp32.exact_fp32()
     device = torch.device(args["device"])
+    if device.type == "cuda":  # the CUDA context (driver, memory pools) starts here, not inside a later phase
+        torch.zeros(1, device=device)
+        torch.cuda.synchronize(device)
+    t_device = time.time()
     data = torch.load(args["data"], weights_only=True)
     inputs, expected = data["inputs"].to(device), data["expected"]
     t_read = time.time()
@@ -109,6 +114,7 @@ def main() -> None:
     result = {
         "start": T_START,
         "import": t_import,
+        "device": t_device,
         "read": t_read,
         "load": t_load,
         "first": t_first,

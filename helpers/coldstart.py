@@ -3,9 +3,10 @@
 :func:`launch` starts a **new Python interpreter** (``sys.executable helpers/_replica.py``) that runs a replica
 script, a small file with a ``load(artifacts, device)`` function returning the model to call (eager weights, a
 ``torch.compile`` wrapper, an AOTInductor package, an ONNX Runtime session...). The child stamps the wall clock
-at each phase (interpreter up, ``import torch``, ``load``, first call), checks its first answer against the
-expected output with ``torch.testing.assert_close`` *in the child*, then times steady-state calls. The parent
-stamps the launch, so **first answer** = launch → first output, interpreter start-up included.
+at each phase (interpreter up, ``import torch``, the device's start, reading the input, ``load``, first call),
+checks its first answer against the expected output with ``torch.testing.assert_close`` *in the child*, then
+times steady-state calls. The parent stamps the launch, so **first answer** = launch → first output, interpreter
+start-up included.
 
 Compile caches: each launch gets its own ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` (new, empty folders
 by default, and the child refuses to run if they hold a file), or the folders of an earlier launch
@@ -38,7 +39,9 @@ from .timing import Measurement
 RUNNER = Path(__file__).with_name("_replica.py")
 MARKER = "REPLICA-RESULT "
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-PHASES = ("interpreter start", "import torch", "read input", "load", "first call")
+#: The phases of a first answer. "start device" is the CUDA context's creation on a GPU (about nothing on a CPU),
+#: kept apart so it is not counted in a phase of the replica's own work.
+PHASES = ("interpreter start", "import torch", "start device", "read input", "load", "first call")
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,7 @@ def launch(
         tail = " | ".join(done.stderr.strip().splitlines()[-3:])
         raise RuntimeError(f"the replica {script.name} failed (exit status {done.returncode}): {tail}")
     r = json.loads(lines[-1][len(MARKER) :])
-    stamps = [start, r["start"], r["import"], r["read"], r["load"], r["first"]]
+    stamps = [start, r["start"], r["import"], r["device"], r["read"], r["load"], r["first"]]
     phases = {name: b - a for name, a, b in zip(PHASES, stamps, stamps[1:], strict=False)}
     label = label or script.stem
     steady = Measurement.from_samples(

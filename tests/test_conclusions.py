@@ -201,10 +201,7 @@ def test_conclusions_come_from_the_verdict_helper(path):
 
 #: Notebooks whose verdicts still judge measurements of separate cells (measurement core v3). Each notebook issue
 #: converts its notebooks to one-session comparisons and deletes their names here.
-PENDING_SESSIONS: set[str] = {
-    "10_llm_decoding",
-    "11_shipping",
-}
+PENDING_SESSIONS: set[str] = set()
 
 JUDGES = {"verdict", "compare", "winner"}
 SESSIONS = {"interleaved", "time_together"}
