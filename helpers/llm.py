@@ -758,8 +758,9 @@ def trained_lm(
 def cuda_graph(fn: Callable[..., torch.Tensor], *args: Any) -> Callable[[], torch.Tensor]:
     """Record ``fn(*args)`` as one CUDA graph (after two warm-up calls on a side stream, as PyTorch's
     documentation does) and return a function that replays it: every kernel of the call in one launch, with no
-    compiler. The replay reads ``args`` at the addresses they had when recorded (update them in place) and
-    returns the same output tensor each time, overwritten. For timing a step whose launches would hide the
+    compiler. The replay reads ``args`` at the addresses they had when recorded (update them in place; the
+    returned function holds them, so they stay alive with it) and returns the same output tensor each time,
+    overwritten. For timing a step whose launches would hide the
     GPU's work (eager decoding on a fast GPU)."""
     check_callable("fn", fn, hint="pass the step to record, e.g. helpers.llm.decode_step")
     tensors = [a for a in args if isinstance(a, torch.Tensor)] + [
@@ -781,4 +782,7 @@ def cuda_graph(fn: Callable[..., torch.Tensor], *args: Any) -> Callable[[], torc
         graph.replay()
         return out
 
+    # The graph reads its inputs at their recorded addresses: keep them alive as long as the replay is, else a
+    # caller that drops its tensors (a loop that rebinds them) leaves the graph reading freed, reused memory.
+    replay.inputs = args  # type: ignore[attr-defined]
     return replay

@@ -253,6 +253,21 @@ def test_a_recorded_eager_step_replays_the_same_logits_at_each_position():
             torch.testing.assert_close(replay(), logits[:, i], rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.gpu(reason="CUDA graphs need a CUDA GPU")
+def test_a_recorded_step_keeps_its_inputs_alive_after_the_caller_drops_them():
+    gpu = llm.GPT(CFG).cuda().eval()
+    prompt = torch.randint(0, CFG.vocab_size, (1, 5), device="cuda")
+    tokens, logits = llm.generate(gpu, prompt, 2)
+    with torch.inference_mode():
+        gpu.setup_cache("static", 1, 7)
+        llm.prefill(gpu, prompt)
+        replay = llm.cuda_graph(llm.decode_step, gpu, tokens[:, :1].clone(), torch.tensor([5], device="cuda"))
+        torch.cuda.empty_cache()
+        clutter = [torch.full((1, 1), 10**6, dtype=torch.long, device="cuda") for _ in range(64)]  # reuse freed blocks
+        torch.testing.assert_close(replay(), logits[:, 1], rtol=1e-3, atol=1e-3)
+        assert len(replay.inputs) == 3 and clutter
+
+
 def test_cuda_graph_refuses_cpu_tensors():
     with pytest.raises(ValueError, match="CUDA device"):
         llm.cuda_graph(llm.decode_step, llm.GPT(CFG), torch.zeros(1, 1, dtype=torch.long), torch.tensor([0]))
