@@ -89,3 +89,21 @@ def test_a_run_time_from_another_host_is_marked_with_its_line(monkeypatch):
     row = next(line for line in table.splitlines() if line.startswith("| 09 "))
     assert "36 s / 2 min¹" in row
     assert table.splitlines()[-1] == f"¹ {host}"
+
+
+def test_runtimes_from_another_host_keep_the_files_environment(tmp_path):
+    import runtimes
+
+    def summary(features):
+        env = {"machine_id": "cpu-x", "cpu": "X", "usable_cpus": 2, "cpu_features": features}
+        return {"environment": env, "notebooks": {"00_a": {"status": "ok", "seconds": 12.0}}}
+
+    avx2, avx512 = {"capability": "AVX2"}, {"capability": "AVX512", "vnni": True}
+    path = runtimes.write_runtimes(summary(avx2), "quick", reference=tmp_path)
+    runtimes.write_runtimes(summary(avx512), "full", reference=tmp_path)
+    data = json.loads(path.read_text())
+    assert data["environment"]["cpu_features"] == avx2  # the file still describes its own host
+    entry = data["notebooks"]["00_a"]
+    assert entry["full_seconds"] == 12.0 and "AVX512 (vnni)" in entry["host"]
+    runtimes.write_runtimes(summary(avx2), "full", reference=tmp_path)  # measured again on the file's own host
+    assert "host" not in json.loads(path.read_text())["notebooks"]["00_a"]
