@@ -117,21 +117,43 @@ def make_record(
     return _clean(record)
 
 
+#: Seconds a writer waits for another writer's lock on a results file (an append takes milliseconds).
+LOCK_TIMEOUT = 30.0
+
+
 def append_record(record: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Append one record as one line, atomically with respect to other writers of the same file."""
+    """Append one record as one line, atomically with respect to other writers of the same file. Waits at most
+    :data:`LOCK_TIMEOUT` seconds for another writer, and refuses at once a folder that cannot hold the lock."""
+    if not isinstance(record, Mapping):
+        raise TypeError(
+            f"record must be a dict (one results record, e.g. from make_record), not {type(record).__name__}."
+        )
     try:
         line = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise ValueError(
             f"record cannot be stored ({exc}); put only numbers, strings, lists and dicts in it."
         ) from None
-    from filelock import FileLock
+    from filelock import FileLock, Timeout
 
     path = Path(path)
     ensure_dir(path.parent)
+    lock = str(path) + ".lock"
+    try:  # filelock retries a lock file it cannot create, forever: find out first, and say so in one line
+        os.close(os.open(lock, os.O_RDWR | os.O_CREAT, 0o644))
+    except OSError as exc:
+        raise PermissionError(
+            f"cannot create the lock file {lock} ({exc.strerror}): pass a results path in a writable folder."
+        ) from None
     # filelock (portable: no fcntl, so `import helpers` works on Windows) serialises writers of this file
-    with FileLock(str(path) + ".lock"):
-        _append_line(path, line)
+    try:
+        with FileLock(lock, timeout=LOCK_TIMEOUT):
+            _append_line(path, line)
+    except Timeout:
+        raise TimeoutError(
+            f"another writer held {lock} for over {LOCK_TIMEOUT:.0f} s: a stuck process? End it, or remove the "
+            "lock file if no writer is running."
+        ) from None
     return path
 
 
@@ -196,20 +218,26 @@ class Recorder:
 def parse_records(text: str) -> tuple[list[dict[str, Any]], int]:
     """The records of a results file's text, one JSON object per line, and how many lines were torn or corrupt
     (skipped: a writer killed mid-line leaves half a line, which must not be glued to the next one)."""
-    records, bad = [], 0
+    records, bad, _ = _parse(text)
+    return records, bad
+
+
+def _parse(text: str) -> tuple[list[dict[str, Any]], int, int]:
+    """Records, torn or corrupt lines (not JSON), and lines of JSON that are not a record (not an object)."""
+    records, torn, foreign = [], 0, 0
     for line in text.splitlines():
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError:
-            bad += 1
+            torn += 1
             continue
         if isinstance(obj, dict):
             records.append(obj)
         else:
-            bad += 1
-    return records, bad
+            foreign += 1
+    return records, torn + foreign, foreign
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -222,10 +250,17 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         raise ValueError(f"path={str(path)!r} is a folder; pass a results file inside it, e.g. {path}/cpu.jsonl")
     if not path.exists():
         return []
-    records, bad = parse_records(path.read_text(encoding="utf-8", errors="replace"))
-    if bad:
+    records, bad, foreign = _parse(path.read_text(encoding="utf-8", errors="replace"))
+    if bad - foreign:
         warnings.warn(
-            f"{path.name}: skipped {bad} incomplete line(s) (an interrupted write); the rest is intact.", stacklevel=2
+            f"{path.name}: skipped {bad - foreign} incomplete line(s) (an interrupted write); the rest is intact.",
+            stacklevel=2,
+        )
+    if foreign:
+        warnings.warn(
+            f"{path.name}: skipped {foreign} line(s) of JSON that are not records (not an object: written by "
+            "something else than helpers.results)",
+            stacklevel=2,
         )
     return records
 

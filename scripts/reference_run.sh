@@ -44,11 +44,15 @@ PYTHONUNBUFFERED=1 timeout --signal=INT --kill-after=20 "$total" \
   "$py" "$repo/scripts/full_run.py" "$out/run" --work "$work" "$@" 2>&1 | tee "$out/log.txt"
 status=${PIPESTATUS[0]}
 # Collect what was measured even if the run was cut short: full_run.py merges the results (skipping a torn line)
-# and writes summary.json when interrupted too; only if it was killed outright are the raw files concatenated.
+# and writes summary.json when interrupted too; if it was killed outright, its merge is run here on the raw files
+# (never a plain concatenation: a torn last line would swallow the next file's first record).
 if [ -f "$out/run/results.jsonl" ]; then
   mv "$out/run/results.jsonl" "$out/results.jsonl"
 else
-  cat "$work"/results/*.jsonl > "$out/results.jsonl" 2>/dev/null || true
+  "$py" -c 'import sys; from pathlib import Path; sys.path[:0] = [sys.argv[1], sys.argv[1] + "/scripts"]
+from full_run import merge_results
+merge_results([Path(f) for f in sys.argv[3:] if Path(f).is_file()], Path(sys.argv[2]))' \
+    "$repo" "$out/results.jsonl" "$work"/results/*.jsonl || : > "$out/results.jsonl"
 fi
 [ -f "$out/run/summary.json" ] && mv "$out/run/summary.json" "$out/summary.json"
 [ -d "$out/run/executed" ] && tar -C "$out/run" -czf "$out/executed.tgz" executed

@@ -150,3 +150,25 @@ def test_a_notebook_whose_engine_is_missing_is_skipped_by_name(monkeypatch):
     monkeypatch.setitem(full_run.NEEDS, "99_x", ("json", "never"))
     assert full_run.skip_reason(Path("99_x.ipynb")) is None
     assert full_run.skip_reason(Path("00_environment.ipynb")) is None
+
+
+def test_reference_run_merges_raw_results_when_the_run_died_without_collecting(tmp_path):
+    """scripts/reference_run.sh's fallback (full_run.py gone before it merged): a torn last line in one raw results
+    file must not swallow the next file's first record, as a plain concatenation did."""
+    work = tmp_path / "work"
+    (work / "results").mkdir(parents=True)
+    (work / "results" / "a.jsonl").write_text('{"a": 1}\n{"torn": ')
+    (work / "results" / "b.jsonl").write_text('{"b": 2}\n')
+    out = tmp_path / "out"
+    env = {"PATH": "/usr/bin:/bin", "COURSE_WORK": str(work), "PYTHON": sys.executable, "HOME": str(tmp_path)}
+    # an unknown option: full_run.py exits at once, before it collects anything, as a run killed outright
+    run = subprocess.run(
+        ["bash", str(REPO / "scripts" / "reference_run.sh"), str(out), "60", "--no-such-option"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert run.returncode != 0
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert lines == [{"a": 1}, {"b": 2}], run.stdout[-500:] + run.stderr[-500:]

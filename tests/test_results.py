@@ -231,3 +231,29 @@ def test_references_are_shown_in_readable_units(capsys):
         pytest.skip("no GPU reference ships")
     assert {"median", "IQR", "size", "GB/s"} <= set(table.columns) and "bytes_per_s" not in table.columns
     assert all(v.endswith(("s", "—")) for v in table["median"]) and "measured" in capsys.readouterr().out
+
+
+def test_a_lock_that_cannot_be_created_is_refused_at_once_not_waited_for(tmp_path):
+    import time
+
+    from helpers import results
+
+    (tmp_path / "r.jsonl.lock").mkdir()  # a lock file that cannot be created: filelock would retry it forever
+    start = time.perf_counter()
+    with pytest.raises(PermissionError, match="cannot create the lock file"):
+        results.append_record({"a": 1}, tmp_path / "r.jsonl")
+    assert time.perf_counter() - start < 5
+    with pytest.raises(TypeError, match="must be a dict"):
+        results.append_record([1, 2], tmp_path / "r.jsonl")
+
+
+def test_lines_of_json_that_are_not_records_are_named_as_such(tmp_path):
+    from helpers import results
+
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"a": 1}\n[1, 2]\nnull\n{"torn": \n')
+    with pytest.warns(UserWarning) as caught:
+        records = results.read_records(path)
+    messages = " ".join(str(w.message) for w in caught)
+    assert records == [{"a": 1}]
+    assert "1 incomplete line(s)" in messages and "2 line(s) of JSON that are not records" in messages
