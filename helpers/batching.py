@@ -5,6 +5,7 @@ this module has a small simulation of a batching server."""
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -334,7 +335,13 @@ def simulate_server(
         while j < n_requests and j - i < max_batch and arrivals[j] <= start:
             j += 1
         j = max(j, i + 1)
-        done = start + service(j - i)
+        took = service(j - i)
+        if not isinstance(took, numbers.Real) or isinstance(took, bool) or not math.isfinite(took) or took < 0:
+            raise ValueError(
+                f"service({j - i}) returned {took!r}: a batch must take a finite, non-negative number of seconds; "
+                "check the latency model passed as service."
+            )
+        done = start + took
         latencies[i:j] = done - arrivals[i:j]
         sizes.append(j - i)
         free_at, i = done, j

@@ -92,6 +92,30 @@ def check_tensor(name: str, value: Any, ndim: int | None = None, nonempty: bool 
     return value
 
 
+def check_finite(name: str, value: Any, hint: str = "") -> Any:
+    """A tensor ``value`` must hold no NaN or infinity (integer tensors always pass); returns it."""
+    import torch
+
+    if value.is_floating_point() or value.is_complex():
+        bad = int((~torch.isfinite(value)).sum())
+        if bad:
+            raise _fail(name, f"a tensor with {bad} NaN or infinite value(s)", "finite everywhere", hint)
+    return value
+
+
+def check_labels(name: str, labels: Any, classes: int, hint: str = "") -> Any:
+    """``labels`` must be a non-empty 1-d tensor of integer class indices in ``0 … classes − 1``; returns it."""
+    import torch
+
+    check_tensor(name, labels, ndim=1, hint=hint)
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise _fail(name, f"a {labels.dtype} tensor", "integer class indices", hint)
+    low, high = int(labels.min()), int(labels.max())
+    if low < 0 or high >= classes:
+        raise _fail(name, f"labels from {low} to {high}", f"class indices in 0…{classes - 1} ({classes} classes)", hint)
+    return labels
+
+
 def check_numbers(
     name: str, values: Any, *, positive: bool = False, minimum: float | None = None, hint: str = ""
 ) -> list[float]:

@@ -46,7 +46,15 @@ def load_digits_raw(split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
 
 def digits_to_float(images: torch.Tensor) -> torch.Tensor:
     """Raw digits (uint8 ``N×8×8``, 0…16) → the models' input: float32 ``N×1×8×8`` scaled to [0, 1]."""
-    check_tensor("images", images, ndim=3, hint="pass raw digits, N×8×8 uint8, as load_digits_raw returns")
+    hint = "pass raw digits, N×8×8 uint8 in 0…16, as load_digits_raw returns"
+    check_tensor("images", images, ndim=3, hint=hint)
+    if images.is_floating_point() or images.dtype == torch.bool or tuple(images.shape[1:]) != (8, 8):
+        raise ValueError(
+            f"images of {images.dtype} and shape {tuple(images.shape)} are not raw digits (already converted?): {hint}."
+        )
+    low, high = int(images.min()), int(images.max())
+    if low < 0 or high > 16:
+        raise ValueError(f"images range from {low} to {high}, outside the digits' 0…16: {hint}.")
     return images.to(torch.float32).div(16.0).unsqueeze(1)
 
 

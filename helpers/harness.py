@@ -4,6 +4,8 @@ accuracy and agreement with the fp32 reference. Correctness is measured before a
 from __future__ import annotations
 
 import io
+import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +36,9 @@ def agreement(reference: torch.Tensor, output: torch.Tensor) -> dict[str, float]
     if reference.shape != output.shape:
         raise ValueError(f"shapes differ: reference {tuple(reference.shape)} vs output {tuple(output.shape)}.")
     ref, out = reference.float().cpu(), output.float().cpu()
+    for name, t in (("reference", ref), ("output", out)):
+        if bool(torch.isnan(t).any()):
+            raise ValueError(f"{name} holds NaN logits (a broken variant or input): agreement is undefined.")
     return {
         "max_abs_diff": float((ref - out).abs().max()),
         "top1_agreement": float((ref.argmax(dim=-1) == out.argmax(dim=-1)).float().mean()),
@@ -61,7 +66,11 @@ def predict(
         n = len(x)
         if pad and n < batch_size:
             x = torch.cat([x, x.new_zeros((batch_size - n, *x.shape[1:]))])
-        outs.append(fn(prepare(x) if prepare else x)[:n].float().cpu())
+        out = fn(prepare(x) if prepare else x)
+        if not isinstance(out, torch.Tensor) or out.dim() == 0 or len(out) != len(x):
+            got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"fn returned {got} for a batch of {len(x)} images: it must return one row per image.")
+        outs.append(out[:n].float().cpu())
     return torch.cat(outs)
 
 
@@ -148,13 +157,17 @@ def pareto_front(
     maximize: tuple[str, ...] = ("accuracy",),
 ) -> list[bool]:
     """For each row, whether it is Pareto-optimal: no other row is at least as good on every criterion and
-    strictly better on one. Rows with a missing value on a criterion are never optimal."""
+    strictly better on one. Rows with a missing value on a criterion (absent, None, NaN or not a number) are
+    never optimal, and never dominate another."""
     keys = minimize + maximize
     if not rows:
         return []
+    if not all(isinstance(r, dict) for r in rows):
+        raise TypeError("rows must be a list of dicts, one per variant, each with the criteria as keys.")
 
     def valid(r: dict[str, Any]) -> bool:
-        return all(r.get(k) is not None for k in keys)
+        values = [r.get(k) for k in keys]
+        return all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in values)
 
     def as_good(a: dict[str, Any], b: dict[str, Any]) -> bool:  # a at least as good as b everywhere
         return all(a[k] <= b[k] for k in minimize) and all(a[k] >= b[k] for k in maximize)

@@ -12,7 +12,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from .checks import check_callable, check_instance, check_int, check_number, check_tensor
+from .checks import (
+    check_callable,
+    check_finite,
+    check_instance,
+    check_int,
+    check_labels,
+    check_number,
+    check_tensor,
+)
 from .device import DeviceLike, choose_device
 from .paths import DATA_DIR, verify_shipped
 
@@ -31,6 +39,9 @@ class DigitsCNN(nn.Module):
 
     def __init__(self, width: int = 16, hidden: int = 64, num_classes: int = 10) -> None:
         super().__init__()
+        check_int("width", width, hint="pass the first convolution's channels, e.g. 16")
+        check_int("hidden", hidden, hint="pass the hidden layer's width, e.g. 64")
+        check_int("num_classes", num_classes, minimum=2, hint="a classifier needs at least 2 classes, e.g. 10")
         self.features = nn.Sequential(
             nn.Conv2d(1, width, 3, padding=1),
             nn.ReLU(),
@@ -52,6 +63,8 @@ class DigitsMLP(nn.Module):
 
     def __init__(self, hidden: int = 1024, num_classes: int = 10) -> None:
         super().__init__()
+        check_int("hidden", hidden, hint="pass the hidden layers' width, e.g. 1024")
+        check_int("num_classes", num_classes, minimum=2, hint="a classifier needs at least 2 classes, e.g. 10")
         self.net = nn.Sequential(
             nn.Flatten(),
             nn.Linear(64, hidden),
@@ -75,6 +88,8 @@ class DigitsResNet(nn.Module):
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         from torchvision.models.resnet import BasicBlock, ResNet
+
+        check_int("num_classes", num_classes, minimum=2, hint="a classifier needs at least 2 classes, e.g. 10")
 
         self.net = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=num_classes)
         self.net.conv1 = nn.Conv2d(1, 64, kernel_size=3, stride=1, padding=1, bias=False)
@@ -135,7 +150,8 @@ def train_classifier(
     """
     check_instance("model", model, nn.Module, hint="pass the model to train, e.g. DigitsCNN()")
     check_tensor("images", images, hint="pass the training images, N×1×8×8, e.g. load_digits('train')[0]")
-    check_tensor("labels", labels, ndim=1, hint="pass one class index per image, a 1-d tensor")
+    check_finite("images", images, hint="NaN or infinite pixels would make every weight NaN")
+    check_labels("labels", labels, 2**31, hint="pass one class index per image, a 1-d integer tensor")
     if len(images) != len(labels):
         raise ValueError(f"{len(images)} images but {len(labels)} labels: pass one label per image.")
     check_number("lr", lr, positive=True, hint="pass the learning rate, e.g. 2e-3")
@@ -148,7 +164,7 @@ def train_classifier(
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
-    for _ in range(epochs):
+    for epoch in range(epochs):
         perm = torch.randperm(len(images), generator=generator)
         for start in range(0, len(perm), batch_size):
             idx = perm[start : start + batch_size]
@@ -156,7 +172,15 @@ def train_classifier(
             if shift_augment:
                 shifts = tuple(torch.randint(-1, 2, (2,), generator=generator).tolist())
                 xb = torch.roll(xb, shifts=shifts, dims=(2, 3))
-            loss = loss_fn(model(xb.to(device)), labels[idx].to(device))
+            out = model(xb.to(device))
+            if epoch == 0 and start == 0:  # the model's output says how many classes the labels may name
+                check_labels("labels", labels, out.shape[1], hint="pass class indices the model has outputs for")
+            loss = loss_fn(out, labels[idx].to(device))
+            if not torch.isfinite(loss):
+                raise FloatingPointError(
+                    f"the training loss became {loss.item()} in epoch {epoch + 1}: stopped before every weight is "
+                    f"NaN; lower lr (now {lr}) or check the images and labels."
+                )
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -193,7 +217,16 @@ def torchvision_model(name: str = "resnet18", device: DeviceLike = None, **kwarg
 
 
 def _correct(logits: torch.Tensor, labels: torch.Tensor) -> int:
-    """How many rows of ``logits`` have their largest value at the row's label (top-1 hits)."""
+    """How many rows of ``logits`` have their largest value at the row's label (top-1 hits). NaN logits (a
+    broken model or input) and labels outside the logits' classes have no accuracy: refused."""
+    if logits.dim() != 2 or len(logits) != len(labels):
+        raise ValueError(
+            f"the model gave logits of shape {tuple(logits.shape)} for {len(labels)} images: it must return one row "
+            "of class scores per image."
+        )
+    if bool(torch.isnan(logits).any()):
+        raise ValueError("the logits hold NaN (a broken model, or NaN in its input): accuracy is undefined.")
+    check_labels("labels", labels, logits.shape[1], hint="pass the class index of each image")
     return int((logits.argmax(dim=1).cpu() == labels.cpu()).sum())
 
 
@@ -224,6 +257,7 @@ def accuracy(
     check_int("batch_size", batch_size, hint="pass how many images per forward pass, e.g. 512")
     check_tensor("images", images, hint="pass the images to classify, e.g. load_digits('test')[0]")
     check_tensor("labels", labels, ndim=1, hint="pass one class index per image, a 1-d tensor")
+    check_finite("images", images, hint="NaN or infinite pixels have no class")
     if len(images) != len(labels) or len(images) == 0:
         raise ValueError("images and labels must be non-empty and of the same length.")
     weight = next(model.parameters(), None) if isinstance(model, nn.Module) else None

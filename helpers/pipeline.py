@@ -13,6 +13,8 @@ and the small tools to check that overlap really happened.
 
 from __future__ import annotations
 
+import math
+import numbers
 import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -121,18 +123,37 @@ class CudaPrefetcher:
 
 
 def overlap_seconds(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
-    """Total time of intervals ``a`` that falls inside the union of intervals ``b`` (same unit as given)."""
+    """Total time during which some interval of ``a`` and some interval of ``b`` both ran (same unit as given):
+    the union of ``a`` against the union of ``b``, so it never exceeds either's span. Each interval is a
+    ``(start, end)`` pair of finite numbers with ``end ≥ start``."""
+    total = 0.0
+    union_b = _union(b, "b")
+    for start, end in _union(a, "a"):
+        for m_start, m_end in union_b:
+            total += max(0.0, min(end, m_end) - max(start, m_start))
+    return total
+
+
+def _union(intervals: Sequence[tuple[float, float]], name: str) -> list[list[float]]:
+    """Sorted, non-overlapping intervals covering the same time as ``intervals`` (checked)."""
+    if isinstance(intervals, (str, bytes)) or not hasattr(intervals, "__iter__"):
+        raise TypeError(f"{name} must be a list of (start, end) intervals, got {type(intervals).__name__}.")
+    pairs = []
+    for i, pair in enumerate(intervals):
+        ok = isinstance(pair, (tuple, list)) and len(pair) == 2
+        ok = ok and all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in pair)
+        if not ok or pair[1] < pair[0]:
+            raise ValueError(
+                f"{name}[{i}]={pair!r} is not an interval: pass (start, end) with finite numbers and end ≥ start."
+            )
+        pairs.append((float(pair[0]), float(pair[1])))
     merged: list[list[float]] = []
-    for start, end in sorted(b):
+    for start, end in sorted(pairs):
         if merged and start <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], end)
         else:
             merged.append([start, end])
-    total = 0.0
-    for start, end in a:
-        for m_start, m_end in merged:
-            total += max(0.0, min(end, m_end) - max(start, m_start))
-    return total
+    return merged
 
 
 class WorkerWatch:

@@ -242,3 +242,18 @@ def test_the_resnet_training_script_runs_and_writes_what_it_measured(tmp_path):
     assert set(saved["batch_norm"]) == {str(s) for s in models.RESNET_SIZES.values()}  # one set per served size
     weights = {k: v.float() if v.is_floating_point() else v for k, v in saved["weights"].items()}
     models.DigitsResNet().load_state_dict(weights | saved["batch_norm"]["16"])
+
+
+def test_nan_logits_labels_outside_the_classes_and_a_diverging_training_are_refused():
+    images, labels = torch.ones(4, 4), torch.zeros(4, dtype=torch.long)
+    with pytest.raises(ValueError, match="logits hold NaN"):
+        models.accuracy(None, images, labels, logits=torch.full((4, 2), float("nan")))
+    with pytest.raises(ValueError, match=r"class indices in 0…1"):
+        models.accuracy(torch.nn.Linear(4, 2), images, torch.full((4,), 5))
+    with pytest.raises(FloatingPointError, match="training loss became"):
+        huge, model = torch.full((4, 4), 3e38), torch.nn.Linear(4, 2)  # finite inputs whose logits overflow
+        with torch.no_grad():
+            model.weight.fill_(1.0)  # every logit 4 × 3e38 = inf: the loss is NaN from the first step
+        models.train_classifier(model, huge, labels, epochs=1, shift_augment=False)
+    with pytest.raises(ValueError, match="not raw digits"):
+        data.digits_to_float(torch.zeros(2, 8, 8))

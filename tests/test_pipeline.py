@@ -137,3 +137,11 @@ def test_the_worker_watch_sees_only_what_started_after_it():
 
     gc.collect()
     assert watch.none_left()
+
+
+def test_overlap_never_exceeds_the_time_either_side_ran():
+    # two copies over the same 10 s, against a kernel running throughout: 10 s of overlap, not 20
+    assert pipeline.overlap_seconds([(0, 10), (0, 10)], [(0, 10)]) == 10
+    for bad in ([(2.0, 1.0)], [(float("nan"), 1.0)], [(1.0,)]):
+        with pytest.raises(ValueError, match="not an interval"):
+            pipeline.overlap_seconds(bad, [(0, 1)])
