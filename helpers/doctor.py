@@ -189,6 +189,7 @@ def diagnose(
     batch = example.shape[batch_dim]
     if batch < 1:
         raise ValueError("the example input's batch is empty; give it at least one item.")
+    peak = rf._peak(dtype)  # before any timing: a dtype the roofline lacks is refused at once, in one line
     dev = choose_device(device) if device is not None else example.device
     repeats = repeats if repeats is not None else pick(7, 25)
     doubled = _double_batch(example, batch_dim)
@@ -224,7 +225,6 @@ def diagnose(
         overhead_share, source = 1.0 - min(1.0, _device_busy_seconds(call, example) / t1.median), "profiler"
     else:
         overhead_share, source = min(1.0, counts.ops * rf.dispatch_latency / t1.median), "dispatch"
-    peak = rf.peak_flops[dtype]
     ridge = peak / bandwidth
     achieved_flops = counts.flops / t1.median
     achieved_bytes = counts.bytes / t1.median

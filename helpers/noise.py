@@ -205,13 +205,26 @@ class _DropMessage(logging.Filter):
 
 
 def _marker_filter(target: int) -> tuple[int, Any]:
-    """A pipe whose lines a daemon thread forwards to file descriptor ``target``, the profiler's markers dropped:
-    ``(write end, thread)``. Each line is forwarded as soon as it is complete."""
+    """A pipe whose lines are forwarded to file descriptor ``target``, the profiler's markers dropped:
+    ``(write end, forwarder)``, the forwarder having a ``join(timeout)``. Each line is forwarded as soon as it is
+    complete. Where ``grep`` exists the forwarder is a separate process, so what this process wrote just before
+    it was killed (a native crash's last words, a line without its newline) still reaches ``target``: a thread
+    of this process would die with it and lose what it had not forwarded yet."""
     import re
+    import shutil
+    import subprocess
     import threading
 
-    marker = re.compile(known("profiler-usdt").pattern.encode())
+    pattern = known("profiler-usdt").pattern
     read_end, write_end = os.pipe()
+    grep = shutil.which("grep")
+    if grep is not None:
+        proc = subprocess.Popen(
+            [grep, "--line-buffered", "-v", "-E", "^" + pattern], stdin=read_end, stdout=target, stderr=target
+        )
+        os.close(read_end)  # the child holds it now
+        return write_end, _ProcessJoin(proc)
+    marker = re.compile(pattern.encode())
 
     def forward() -> None:
         with os.fdopen(read_end, "rb", buffering=0) as pipe:
@@ -228,6 +241,21 @@ def _marker_filter(target: int) -> tuple[int, Any]:
     reader = threading.Thread(target=forward, name="stderr-filter", daemon=True)
     reader.start()
     return write_end, reader
+
+
+class _ProcessJoin:
+    """A forwarding process with a thread's ``join(timeout)``: wait for it to see the pipe's end and exit."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc = proc
+
+    def join(self, timeout: float | None = None) -> None:
+        import subprocess
+
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:  # a child process still holds the pipe: leave the filter running
+            pass
 
 
 _PERSISTENT_FILTER: list[int] = []  # the saved stderr, once filter_profiler_markers() has run

@@ -38,6 +38,29 @@ LEVELS = {
 }
 
 
+def _model_file(path: Any) -> Path:
+    """``path`` must name an existing, non-empty file: refused here in one line, not deep inside ONNX Runtime."""
+    if not isinstance(path, (str, os.PathLike)) or str(path) == "":
+        raise TypeError(f"path must be the path of an .onnx file, got {path!r}.")
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        why = "is empty" if path.is_file() else "does not exist"
+        raise FileNotFoundError(f"the ONNX model {path} {why}: export it first (helpers.onnxrt.export).")
+    return path
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines() or [type(exc).__name__])[-1 if text.startswith("[ONNXRuntimeError]") else 0][:200]
+
+
+def _load_failed(path: Path, exc: BaseException) -> ValueError:
+    return ValueError(
+        f"ONNX Runtime cannot load {path.name} ({_first_line(exc)}): a truncated or foreign file? Export the model "
+        "again (helpers.onnxrt.export)."
+    )
+
+
 def onnx_dir() -> Path:
     """Where exported and quantized models go: ``<outputs>/onnx`` (git-ignored)."""
     return output_subdir("onnx")
@@ -112,8 +135,11 @@ def graph_summary(path: str | os.PathLike[str]) -> GraphSummary:
     """What is in a saved ONNX model: opset, ops by count, sizes, input shapes (``'batch'`` = dynamic)."""
     import onnx
 
-    path = Path(path)
-    model = onnx.load(str(path), load_external_data=False)
+    path = _model_file(path)
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # a truncated or foreign file: protobuf's DecodeError, not the file's name
+        raise _load_failed(path, exc) from exc
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     ops = Counter(n.op_type for n in model.graph.node)
     data = path.with_name(path.name + ".data")
@@ -279,6 +305,7 @@ def session(
     ORT's default, for a process that runs ORT only."""
     import onnxruntime as ort
 
+    path = _model_file(path)
     check_choice("level", level, LEVELS, hint="ONNX Runtime's graph optimisation, from none ('disabled') to all")
     if threads is not None:
         check_int("threads", threads, hint="pass the number of intra-op threads, or None for ORT's default")
@@ -318,7 +345,10 @@ def session(
             )
     if provider != "CPUExecutionProvider":
         providers.append("CPUExecutionProvider")  # for the ops the accelerator does not implement
-    return ort.InferenceSession(str(path), options, providers=providers)
+    try:
+        return ort.InferenceSession(str(path), options, providers=providers)
+    except Exception as exc:  # ORT's own exception types, one per failure: said in one line, the original chained
+        raise _load_failed(path, exc) from exc
 
 
 #: The providers that run on a CUDA GPU (and take a ``user_compute_stream``).
@@ -381,7 +411,13 @@ class OrtModel:
         self._local = threading.local()  # one binding per thread: a binding is not shared between runs
 
     def numpy(self, x: np.ndarray) -> np.ndarray:
-        return self.session.run([self.output.name], {self.input.name: x})[0]
+        try:
+            return self.session.run([self.output.name], {self.input.name: x})[0]
+        except Exception as exc:  # a wrong shape or dtype: ORT's message, in one line, with what the model takes
+            raise ValueError(
+                f"the model's input {self.input.name} is {self.input.type} of shape {self.input.shape}; got "
+                f"{getattr(x, 'dtype', type(x).__name__)} of shape {getattr(x, 'shape', '?')} ({_first_line(exc)})."
+            ) from exc
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.on_gpu and x.is_cuda:
@@ -453,40 +489,51 @@ def quantize(
     kernels multiply with ``VPMADDUBSW``, whose 16-bit sums of two products can saturate; 7-bit weights keep
     them in range (ORT's quantization docs advise it, or U8U8, where accuracy drops there).
     """
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
     check_choice("mode", mode, ("static", "dynamic"), hint="'static' is calibrated QDQ, 'dynamic' needs no calibration")
     if mode == "static" and not calibration:
         raise ValueError("static quantization needs calibration batches of real inputs (a list of arrays).")
     check_choice("activations", activations, ("uint8", "int8"), hint="'uint8' is U8S8, fastest on x86; 'int8' is S8S8")
     check_instance("reduce_range", reduce_range, bool, hint="pass True for 7-bit weights (x86 without VNNI or AMX)")
-    src = Path(path)
+    src = _model_file(path)
     stem = name or src.stem
     pre = src.with_name(f"{stem}.pre.onnx")
     kind = (f"-{activations}" if mode == "static" else "") + ("-7bit" if reduce_range else "")
     out = src.with_name(f"{stem}.int8-{mode}{kind}.onnx")
-    with _ort_quiet(3):
-        quant_pre_process(str(src), str(pre))
-        if mode == "static":
-            import onnx
-
-            input_name = onnx.load(str(pre), load_external_data=False).graph.input[0].name
-            act = QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8
-            quantize_static(
-                str(pre),
-                str(out),
-                _Reader(input_name, calibration),
-                quant_format=QuantFormat.QDQ,
-                per_channel=True,
-                activation_type=act,
-                weight_type=QuantType.QInt8,
-                reduce_range=reduce_range,
-            )
-        else:
-            quantize_dynamic(str(pre), str(out), weight_type=QuantType.QInt8, reduce_range=reduce_range)
-    pre.unlink(missing_ok=True)
+    try:
+        with _ort_quiet(3):
+            _quantize(src, pre, out, mode, calibration, activations, reduce_range)
+    except Exception as exc:  # ORT's tools fail deep inside (shape inference, calibration): one line, chained
+        hint = "calibration batches shaped and typed as the model's input (arrays)" if mode == "static" else "a model"
+        raise ValueError(f"ONNX Runtime could not quantize {src.name} ({_first_line(exc)}): pass {hint}.") from exc
+    finally:
+        pre.unlink(missing_ok=True)
     return out
+
+
+def _quantize(
+    src: Path, pre: Path, out: Path, mode: str, calibration: Any, activations: str, reduce_range: bool
+) -> None:
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    quant_pre_process(str(src), str(pre))
+    if mode == "static":
+        import onnx
+
+        input_name = onnx.load(str(pre), load_external_data=False).graph.input[0].name
+        act = QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8
+        quantize_static(
+            str(pre),
+            str(out),
+            _Reader(input_name, calibration),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=act,
+            weight_type=QuantType.QInt8,
+            reduce_range=reduce_range,
+        )
+    else:
+        quantize_dynamic(str(pre), str(out), weight_type=QuantType.QInt8, reduce_range=reduce_range)
 
 
 def profile_ops(path: str | os.PathLike[str], x: np.ndarray, calls: int = 10) -> dict[str, float]:
@@ -497,13 +544,20 @@ def profile_ops(path: str | os.PathLike[str], x: np.ndarray, calls: int = 10) ->
     import onnxruntime as ort
 
     check_int("calls", calls, hint="pass how many runs to profile, e.g. 10")
+    # a file that is not a model is refused here: a profiling session that failed to load would still log an
+    # error when it is destroyed
+    path = graph_summary(path).path
     options = ort.SessionOptions()
     options.enable_profiling = True
     options.profile_file_prefix = str(onnx_dir() / f"{Path(path).stem}_profile")
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    try:
+        sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise _load_failed(path, exc) from exc
+    model = OrtModel(sess)
     for _ in range(calls):
-        sess.run(None, {sess.get_inputs()[0].name: x})
+        model.numpy(x)  # a wrong input is refused in one line
     with open(sess.end_profiling(), encoding="utf-8") as f:
         events = json.load(f)
     totals: Counter[str] = Counter()

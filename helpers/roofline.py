@@ -409,6 +409,18 @@ class Roofline:
     origin: str = "measured"
     choices: dict[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # a zero or negative limit would divide by zero or place every point wrongly (NaN: not measured yet)
+        limits = [("bandwidth", self.bandwidth), ("dispatch_latency", self.dispatch_latency)]
+        limits += [(f"peak_flops[{k!r}]", v) for k, v in self.peak_flops.items()]
+        for name, value in limits:
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or value <= 0 or value == math.inf:
+                raise ValueError(
+                    f"Roofline {name}={value!r}: a measured limit must be a positive number; measure the roofline "
+                    "again (roofline.get_roofline) or pass the measured value."
+                )
+
     def _peak(self, dtype: str) -> float:
         if dtype not in self.peak_flops or not math.isfinite(self.peak_flops[dtype]):
             raise ValueError(f"no peak measured for {dtype!r}; measured: {sorted(self.peak_flops)}.")

@@ -16,6 +16,7 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -29,8 +30,10 @@ from helpers import (
     llm,
     memory,
     models,
+    onnxrt,
     oom,
     opcount,
+    pipeline,
     plotting,
     results,
     roofline,
@@ -46,6 +49,25 @@ M2 = Measurement.from_samples([2e-3, 2.1e-3, 1.9e-3, 2e-3, 2.05e-3], label="b")
 CFG = llm.GPTConfig(vocab_size=32, n_layer=1, n_head=2, dim=16, max_seq_len=32)
 GPT = llm.GPT(CFG).eval()
 TINY = torch.nn.Linear(4, 2).eval()
+
+
+_PROBE_DIR = Path(__import__("tempfile").mkdtemp(prefix="probe-"))
+EMPTY_FILE = _PROBE_DIR / "empty.onnx"
+EMPTY_FILE.write_bytes(b"")
+GARBAGE_FILE = _PROBE_DIR / "garbage.onnx"
+GARBAGE_FILE.write_bytes(b"not a model at all, and certainly no protobuf")
+RELU_FILE = _PROBE_DIR / "relu.onnx"  # a one-op model (x: float[1] -> relu)
+
+
+def _relu_model():
+    from helpers import onnxrt
+
+    RELU_FILE.write_bytes(onnxrt._tiny_model())
+    sess = onnxrt.session(RELU_FILE, level="disabled")
+    return onnxrt.OrtModel(sess)
+
+
+RELU = _relu_model()
 
 
 def _rf():
@@ -89,6 +111,24 @@ BAD = {
     "roofline": [None, 3, "cpu", {}],
     "str": [None, 3, "", ["x"]],
     "number": [None, "1", True, [1.0]],  # NaN and infinity are values here (a statistic of no samples)
+    # the classes of the 2026-12-03 reliability review, written from each helper's contract
+    "finite": [torch.full((4, 4), NAN), torch.full((4, 4), INF)],  # a metric or training on non-finite inputs
+    "labels": [torch.full((4,), 7), torch.full((4,), -1), torch.zeros(4)],  # 2 classes: out of range, or floats
+    "rawdigits": [
+        torch.zeros(2, 8, 8),  # already converted to floats
+        torch.full((2, 8, 8), 17, dtype=torch.uint8),  # past the digits' 0…16
+        torch.zeros(2, 7, 7, dtype=torch.uint8),  # not 8×8
+        torch.zeros(2, 8, 8, dtype=torch.bool),
+    ],
+    "logits": [torch.full((4, 2), NAN)],
+    "service": [lambda b: -1e-3, lambda b: NAN, lambda b: INF, lambda b: "1 ms"],  # impossible batch times
+    "intervals": [[(2.0, 1.0)], [(NAN, 1.0)], [(0.0, INF)], [(1.0,)], "ab", None],
+    "record": [None, [1, 2], "x", 3],
+    "limit": [None, "1", 0, -1.0, INF, True, [1.0]],  # a roofline's limit (NaN is allowed: not measured yet)
+    "rowsfn": [lambda x: x[:1], lambda x: torch.tensor(1.0), lambda x: None],  # not one row per input
+    "onnxpath": ["/nonexistent/m.onnx", EMPTY_FILE, GARBAGE_FILE, None, 3, ""],
+    "ortinput": [np.ones((2, 3), dtype=np.float32), np.ones(1, dtype=np.int64), "x"],
+    "calibration": [[np.ones((2, 3), dtype=np.float32)], ["x"], [None]],
 }
 
 
@@ -306,6 +346,51 @@ def _cases():
         ),
         (llm.flops_per_token, (CFG, 8), {}, {"config": "config", "context": "nonnegint"}),
         (llm.linear_weight_bytes, (GPT,), {}, {"model": "model"}),
+        # the reliability review's classes (2026-12-03): non-finite inputs, labels outside the classes, raw data
+        # that is not raw, impossible service times and intervals, records that are not records, degenerate
+        # models, a roofline with an impossible limit, and library errors at the course's boundary
+        (
+            models.accuracy,
+            (TINY, torch.ones(4, 4), torch.zeros(4, dtype=torch.long)),
+            {},
+            {"images": "finite", "labels": "labels"},
+        ),
+        (
+            models.train_classifier,
+            (torch.nn.Linear(4, 2), torch.ones(4, 4), torch.zeros(4, dtype=torch.long)),
+            {"epochs": 1},
+            {"images": "finite", "labels": "labels"},
+        ),
+        (data.digits_to_float, (torch.zeros(2, 8, 8, dtype=torch.uint8),), {}, {"images": "rawdigits"}),
+        (harness.agreement, (torch.ones(4, 2), torch.ones(4, 2)), {}, {"reference": "logits", "output": "logits"}),
+        (harness.predict, (lambda x: x, torch.ones(4, 4)), {}, {"fn": "rowsfn"}),
+        (batching.simulate_server, (100.0, 8, 1e-3, lambda b: 1e-3), {"n_requests": 50}, {"service": "service"}),
+        (pipeline.overlap_seconds, ([(0.0, 1.0)], [(0.5, 2.0)]), {}, {"a": "intervals", "b": "intervals"}),
+        (results.append_record, ({"a": 1}, _PROBE_DIR / "r.jsonl"), {}, {"record": "record"}),
+        (models.DigitsCNN, (), {}, {"width": "posint", "hidden": "posint", "num_classes": "posint"}),
+        (models.DigitsMLP, (), {}, {"hidden": "posint", "num_classes": "posint"}),
+        (
+            roofline.Roofline,
+            ("cpu", "probe", {"fp32": 1e11}, 1e10, 5e-6),
+            {},
+            {"bandwidth": "limit", "dispatch_latency": "limit"},
+        ),
+        (
+            doctor.diagnose,
+            (torch.relu, torch.ones(2, 3), _rf()),
+            {"repeats": 3},
+            {"dtype": "dtype"},
+        ),
+        (onnxrt.session, (RELU_FILE,), {}, {"path": "onnxpath"}),
+        (onnxrt.graph_summary, (RELU_FILE,), {}, {"path": "onnxpath"}),
+        (onnxrt.profile_ops, (RELU_FILE, np.ones(1, dtype=np.float32)), {"calls": 1}, {"path": "onnxpath"}),
+        (RELU.numpy, (np.ones(1, dtype=np.float32),), {}, {"x": "ortinput"}),
+        (
+            onnxrt.quantize,
+            (RELU_FILE, "static"),
+            {"calibration": [np.ones(1, dtype=np.float32)]},
+            {"calibration": "calibration"},
+        ),
         # plotting
         (plotting.bars, ([M, M2],), {}, {"measurements": "measurements"}),
         (plotting.vs_batch, ([1, 2], [M, M2]), {}, {"batches": "batches", "measurements": "measurements"}),
@@ -471,3 +556,23 @@ def test_the_stderr_filter_passes_lines_on_before_the_process_dies():
             watchdog.cancel()
     assert proc.returncode == 3, "".join(seen)
     assert "keep me\n" in seen and "profiler_start" not in "".join(seen)
+
+
+def test_the_stderr_filter_keeps_the_last_words_of_a_process_killed_at_once():
+    """What a process writes just before it dies inside the filter (a native crash's message, without its newline)
+    reaches stderr: the forwarder outlives the process (where grep exists), and is not a thread killed with it."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("grep") is None:
+        pytest.skip("no grep here: the filter forwards from a thread, which dies with its process")
+    code = (
+        "import os\nfrom helpers.noise import profiler_markers_silenced\n"
+        "with profiler_markers_silenced():\n"
+        "    os.write(2, b'USDT:x SyncActivityProfilerHandler.cpp:39] profiler_start\\nfatal: last words')\n"
+        "    os._exit(3)  # no time for anyone to forward it\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    assert "fatal: last words" in done.stderr and "profiler_start" not in done.stderr
