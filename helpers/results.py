@@ -285,8 +285,12 @@ def to_frame(records: list[dict[str, Any]]) -> Any:
         if not isinstance(r, dict):
             raise TypeError(f"records[{i}] is a {type(r).__name__}, not a record (a dict, as read_records returns).")
 
-    rows = []
+    rows, malformed = [], 0
     for rec in records:
+        sections = [rec.get(k) for k in ("metrics", "measurement", "extra", "versions")]
+        if any(s is not None and not isinstance(s, dict) for s in sections):
+            malformed += 1  # one bad record must not break the whole table
+            continue
         row = {k: v for k, v in rec.items() if k not in ("metrics", "measurement", "extra", "versions")}
         row.update({f"v_{k}": v for k, v in (rec.get("versions") or {}).items()})
         row.update({(f"metric_{k}" if k in RESERVED_COLUMNS else k): v for k, v in (rec.get("metrics") or {}).items()})
@@ -296,6 +300,11 @@ def to_frame(records: list[dict[str, Any]]) -> Any:
                 row[key] = m[key]
         row.update({f"extra_{k}": v for k, v in (rec.get("extra") or {}).items()})
         rows.append(row)
+    if malformed:
+        warnings.warn(
+            f"skipped {malformed} malformed record(s): their metrics, measurement, extra or versions are not objects",
+            stacklevel=2,
+        )
     frame = pd.DataFrame(rows)
     if "batch" in frame:
         frame["batch"] = frame["batch"].astype("Int64")  # stays an integer column despite missing values
@@ -338,12 +347,15 @@ def load_reference(
     if not frames:
         return pd.DataFrame()
     df = pd.concat(frames, ignore_index=True)
+    for column in ("notebook", "experiment", "machine_id"):  # records without them match no filter
+        if column not in df:
+            df[column] = None
     if notebook is not None:
         df = df[df["notebook"] == notebook]
     if experiment is not None:
         df = df[df["experiment"] == experiment]
     if machine is not None:
-        df = df[df["machine_id"].str.contains(machine, case=False, regex=False)]
+        df = df[df["machine_id"].astype("string").str.contains(machine, case=False, regex=False).fillna(False)]
     return df.reset_index(drop=True)
 
 

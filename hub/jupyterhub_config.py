@@ -63,7 +63,8 @@ def _gpus() -> list[str]:
     if shutil.which("nvidia-smi") is None:
         return []
     devices, gpu = [], None
-    for line in subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.splitlines():
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)  # a hung driver: an error
+    for line in listed.stdout.splitlines():
         uuid = re.search(r"UUID: ((?:GPU|MIG)-[0-9a-fA-F-]+)", line)
         if uuid and line.startswith("GPU "):
             gpu = uuid.group(1)
@@ -146,12 +147,12 @@ def _account(name: str) -> pwd.struct_passwd:
     try:
         grp.getgrnam(GROUP)
     except KeyError:
-        subprocess.run([shutil.which("groupadd", path=SBIN) or "groupadd", GROUP], check=True)
+        subprocess.run([shutil.which("groupadd", path=SBIN) or "groupadd", GROUP], check=True, timeout=60)
     try:
         account = pwd.getpwnam(name)
     except KeyError:
         useradd = shutil.which("useradd", path=SBIN) or "useradd"
-        subprocess.run([useradd, "--create-home", "--gid", GROUP, "--shell", "/bin/bash", name], check=True)
+        subprocess.run([useradd, "--create-home", "--gid", GROUP, "--shell", "/bin/bash", name], check=True, timeout=60)
         account = pwd.getpwnam(name)
     if account.pw_gid != grp.getgrnam(GROUP).gr_gid:
         raise ValueError(f"{name!r} is an existing account outside the group {GROUP!r}: not a participant")
@@ -213,6 +214,7 @@ def pre_spawn_hook(spawner) -> None:
         [RUNUSER, "-u", account.pw_name, "--", "sh", "-c", SETUP, "setup", str(REPO / "notebooks"), *map(str, WARM)],
         check=True,
         env={"HOME": str(home), "PATH": SBIN},
+        timeout=600,  # copying the notebooks and the warm compile caches: seconds; a hung disk fails the spawn
     )
     outputs = home / "outputs"
     device = _device_for(spawner.user.name)

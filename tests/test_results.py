@@ -257,3 +257,14 @@ def test_lines_of_json_that_are_not_records_are_named_as_such(tmp_path):
     messages = " ".join(str(w.message) for w in caught)
     assert records == [{"a": 1}]
     assert "1 incomplete line(s)" in messages and "2 line(s) of JSON that are not records" in messages
+
+
+def test_one_malformed_reference_record_does_not_break_the_load(tmp_path):
+    from helpers import results
+
+    good = {"notebook": "00_x", "experiment": "e", "variant": "v", "machine_id": "cpu-x", "metrics": {"a": 1.0}}
+    lines = [good, {"notebook": "00_x", "metrics": [1, 2]}, {"variant": "no notebook, no machine"}]
+    (tmp_path / "ref.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    with pytest.warns(UserWarning, match="1 malformed record"):
+        df = results.load_reference(notebook="00_x", machine="cpu", reference_dir=tmp_path)
+    assert list(df["variant"]) == ["v"]
