@@ -237,14 +237,21 @@ def test_cuda_graph_step_matches_eager():
     assert counters["inductor"]["cudagraph_recorded_non_static_inputs"] == 2
 
 
+def _prefilled_on_gpu(batch, new):
+    """A GPU model whose static cache holds a 5-token prompt, and the tokens and logits of generating ``new``."""
+    gpu = llm.GPT(CFG).cuda().eval()
+    prompt = torch.randint(0, CFG.vocab_size, (batch, 5), device="cuda")
+    tokens, logits = llm.generate(gpu, prompt, new)  # leaves its static cache of 5 + new positions on the model
+    with torch.inference_mode():
+        gpu.setup_cache("static", batch, 5 + new)
+        llm.prefill(gpu, prompt)
+    return gpu, tokens, logits
+
+
 @pytest.mark.gpu(reason="CUDA graphs need a CUDA GPU")
 def test_a_recorded_eager_step_replays_the_same_logits_at_each_position():
-    gpu = llm.GPT(CFG).cuda().eval()
-    prompt = torch.randint(0, CFG.vocab_size, (2, 5), device="cuda")
-    tokens, logits = llm.generate(gpu, prompt, 6)
+    gpu, tokens, logits = _prefilled_on_gpu(2, 6)
     with torch.inference_mode():
-        gpu.setup_cache("static", 2, 11)
-        llm.prefill(gpu, prompt)
         tok, pos = tokens[:, :1].clone(), torch.tensor([5], device="cuda")
         replay = llm.cuda_graph(llm.decode_step, gpu, tok, pos)  # recording runs the step: rewrite position 5 after
         for i in range(1, 6):
@@ -255,12 +262,8 @@ def test_a_recorded_eager_step_replays_the_same_logits_at_each_position():
 
 @pytest.mark.gpu(reason="CUDA graphs need a CUDA GPU")
 def test_a_recorded_step_keeps_its_inputs_alive_after_the_caller_drops_them():
-    gpu = llm.GPT(CFG).cuda().eval()
-    prompt = torch.randint(0, CFG.vocab_size, (1, 5), device="cuda")
-    tokens, logits = llm.generate(gpu, prompt, 2)
+    gpu, tokens, logits = _prefilled_on_gpu(1, 2)
     with torch.inference_mode():
-        gpu.setup_cache("static", 1, 7)
-        llm.prefill(gpu, prompt)
         replay = llm.cuda_graph(llm.decode_step, gpu, tokens[:, :1].clone(), torch.tensor([5], device="cuda"))
         torch.cuda.empty_cache()
         clutter = [torch.full((1, 1), 10**6, dtype=torch.long, device="cuda") for _ in range(64)]  # reuse freed blocks
