@@ -92,6 +92,14 @@ def export(
     was_training = model.training
     model.eval()
     try:
+        try:  # an example the model cannot run on: one line here, not the exporter's wall of logs and traces
+            with torch.inference_mode():
+                model(example)
+        except Exception as exc:
+            raise ValueError(
+                f"{type(model).__name__} cannot run on the example of shape {tuple(example.shape)} "
+                f"({_first_line(exc)}): pass an input it accepts, e.g. a batch of 2 real inputs."
+            ) from exc
         with consistent_fp32_flags():
             program = torch.onnx.export(model, (example,), dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False)
     finally:

@@ -139,12 +139,13 @@ def append_record(record: Mapping[str, Any], path: str | os.PathLike[str]) -> Pa
     path = Path(path)
     ensure_dir(path.parent)
     lock = str(path) + ".lock"
-    try:  # filelock retries a lock file it cannot create, forever: find out first, and say so in one line
-        os.close(os.open(lock, os.O_RDWR | os.O_CREAT, 0o644))
-    except OSError as exc:
+    # filelock retries a lock file it cannot open, until its time-out: find out first (without creating it: a
+    # soft lock, where fcntl is missing, takes an existing file for a held lock), and say so in one line
+    unusable = os.path.isdir(lock) or (os.path.exists(lock) and not os.access(lock, os.R_OK | os.W_OK))
+    if unusable or not os.access(path.parent, os.W_OK | os.X_OK):
         raise PermissionError(
-            f"cannot create the lock file {lock} ({exc.strerror}): pass a results path in a writable folder."
-        ) from None
+            f"cannot create or open the lock file {lock}: pass a results path in a folder you can write."
+        )
     # filelock (portable: no fcntl, so `import helpers` works on Windows) serialises writers of this file
     try:
         with FileLock(lock, timeout=LOCK_TIMEOUT):

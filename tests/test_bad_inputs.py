@@ -124,6 +124,7 @@ BAD = {
     "service": [lambda b: -1e-3, lambda b: NAN, lambda b: INF, lambda b: "1 ms"],  # impossible batch times
     "intervals": [[(2.0, 1.0)], [(NAN, 1.0)], [(0.0, INF)], [(1.0,)], "ab", None],
     "record": [None, [1, 2], "x", 3],
+    "example": [torch.ones(2, 5), torch.ones(2, 4, dtype=torch.long), torch.ones(1, 4), torch.tensor(1.0)],
     "limit": [None, "1", 0, -1.0, INF, True, [1.0]],  # a roofline's limit (NaN is allowed: not measured yet)
     "rowsfn": [lambda x: x[:1], lambda x: torch.tensor(1.0), lambda x: None],  # not one row per input
     "onnxpath": ["/nonexistent/m.onnx", EMPTY_FILE, GARBAGE_FILE, None, 3, ""],
@@ -382,6 +383,7 @@ def _cases():
             {"dtype": "dtype"},
         ),
         (onnxrt.session, (RELU_FILE,), {}, {"path": "onnxpath"}),
+        (onnxrt.export, (TINY, torch.ones(2, 4), "probe"), {"folder": _PROBE_DIR}, {"example": "example"}),
         (onnxrt.graph_summary, (RELU_FILE,), {}, {"path": "onnxpath"}),
         (onnxrt.profile_ops, (RELU_FILE, np.ones(1, dtype=np.float32)), {"calls": 1}, {"path": "onnxpath"}),
         (RELU.numpy, (np.ones(1, dtype=np.float32),), {}, {"x": "ortinput"}),
