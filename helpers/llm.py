@@ -383,10 +383,30 @@ class GPT(nn.Module):
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for every position of ``tokens`` (n × T) at positions ``pos``: ``(T,)`` shared by every row, or
         ``(n, T)`` one per row; with a static cache, ``slots`` (n,) names the cache rows the sequences use."""
+        if not torch.compiler.is_compiling():  # eager calls only: nothing here reaches a compiled graph
+            self._check_cache(pos)
         x = self.tok(tokens) + self.pos(pos)
         for block in self.blocks:
             x = block(x, pos, slots)
         return self.head(self.norm(x))
+
+    def _check_cache(self, pos: torch.Tensor) -> None:
+        """One line instead of a bare error from deep inside the cache's update, for two mistakes: a static cache
+        made under ``torch.inference_mode`` (as :func:`generate` makes it) used outside it, and, on the CPU (where
+        reading ``pos`` costs no device sync), a position past the cache's end."""
+        cache = self.blocks[0].attn.cache
+        if not isinstance(cache, StaticKVCache):
+            return
+        if cache.k.is_inference() and not torch.is_inference_mode_enabled():
+            raise RuntimeError(
+                "this model keeps a KV cache made under torch.inference_mode (by generate, or a call there): run "
+                "it under torch.inference_mode() too, or call model.clear_cache() first."
+            )
+        if pos.device.type == "cpu" and pos.numel() and int(pos.max()) >= cache.k.shape[2]:
+            raise ValueError(
+                f"position {int(pos.max())} is past this static cache's {cache.k.shape[2]} positions: set up a "
+                "longer one (model.setup_cache('static', batch, max_len))."
+            )
 
     def setup_cache(self, kind: str, batch: int = 1, max_len: int | None = None) -> None:
         """Give every attention layer a KV cache: ``"static"`` (preallocated to ``max_len``, default the
@@ -484,6 +504,9 @@ def generate_uncached(model: GPT, prompt: torch.Tensor, new_tokens: int) -> tupl
 
 def prefill(model: GPT, prompt: torch.Tensor) -> torch.Tensor:
     """Run the prompt through a model that has a cache; return the logits of its last position."""
+    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[1] == 0:
+        got = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
+        raise ValueError(f"prompt {got} is not a batch of token ids with at least one token: pass (batch, tokens).")
     return model(prompt, torch.arange(prompt.shape[1], device=prompt.device))[:, -1]
 
 

@@ -313,3 +313,17 @@ def test_a_bucketed_prefill_gives_the_unpadded_logits_and_compiles_once_per_buck
     model.clear_cache()
     with pytest.raises(ValueError, match="fits none of the buckets"):
         llm.prefill_bucketed(model, torch.zeros(1, 20, dtype=torch.long), (8, 16))
+
+
+def test_an_empty_prompt_a_position_past_the_cache_and_an_inference_cache_outside_inference_mode_say_so():
+    model = llm.GPT(CFG).eval()
+    with pytest.raises(ValueError, match="at least one token"):
+        llm.generate(model, torch.zeros(1, 0, dtype=torch.long), 3)
+    llm.generate(model, torch.ones(1, 3, dtype=torch.long), 2)  # keeps a cache made under inference_mode
+    with pytest.raises(RuntimeError, match="clear_cache"):
+        model(torch.ones(1, 2, dtype=torch.long), torch.arange(2))
+    model.clear_cache()
+    with torch.inference_mode():
+        model.setup_cache("static", 1, 8)
+        with pytest.raises(ValueError, match="past this static cache's 8 positions"):
+            llm.decode_step(model, torch.ones(1, 1, dtype=torch.long), torch.tensor([9]))
