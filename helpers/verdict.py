@@ -347,21 +347,23 @@ def verdict(
     if not paired and independent is None:
         ratio = float(np.median(b) / np.median(c)) if len(b) and len(c) else nan
         return Verdict(outcome="separate sessions", ratio=ratio, low=nan, high=nan, **common)
+    enough = (
+        (lambda k: _binomial_rank(k, confidence) > 0)
+        if paired
+        else (lambda k: _mann_whitney_rank(k, k, confidence) > 0)
+    )
+    # how many samples a side the interval needs at this confidence: what "too few samples" says to take
+    needed = max(next((k for k in range(max(min_samples, 2), 200) if enough(k)), min_samples), min_samples)
     if min(len(c), len(b)) < min_samples:
         ratio = float(np.median(b) / np.median(c)) if len(b) and len(c) else nan
+        common["min_samples"] = needed
         return Verdict(outcome="too few samples", ratio=ratio, low=nan, high=nan, **common)
     if paired:
         ratio, low, high = paired_interval(b / c, confidence)
     else:
         ratio, low, high = independent_interval(b, c, confidence, resamples, seed)
     if math.isnan(low):  # the interval cannot reach the confidence at these counts: say how many it needs
-        enough = (
-            (lambda k: _binomial_rank(k, confidence) > 0)
-            if paired
-            else (lambda k: _mann_whitney_rank(k, k, confidence) > 0)
-        )
-        needed = next((k for k in range(max(min_samples, 2), 200) if enough(k)), min_samples)
-        common["min_samples"] = max(needed, min_samples)
+        common["min_samples"] = needed
         return Verdict(outcome="too few samples", ratio=ratio, low=nan, high=nan, **common)
     return Verdict(outcome=_decide(ratio, low, high, margin), ratio=ratio, low=low, high=high, **common)
 

@@ -322,3 +322,5 @@ def test_too_few_samples_says_how_many_the_interval_needs():
     b = Measurement.from_samples([2.0, 2.1, 2.2], label="b")
     v = verdict(a, b, min_samples=3, independent="each is a fresh process")
     assert v.outcome == "too few samples" and "at least 4 each" in v.sentence(), v.sentence()
+    one = verdict(a, Measurement.from_samples([2.0], label="b"), min_samples=3, independent="fresh processes")
+    assert "at least 4 each" in one.sentence(), one.sentence()  # below min_samples too: the real need, not 3
