@@ -54,6 +54,36 @@ def _first_line(exc: BaseException) -> str:
     return (text.splitlines() or [type(exc).__name__])[-1 if text.startswith("[ONNXRuntimeError]") else 0][:200]
 
 
+def _root_cause(exc: BaseException) -> str:
+    """The first line of the innermost exception (the exporter wraps torch.export's error in its own), without
+    terminal colour codes."""
+    import re
+
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    return f"{type(exc).__name__}: {(text.splitlines() or [''])[0][:200]}"
+
+
+@contextlib.contextmanager
+def _exporter_log(log_path: Path) -> Iterator[Path]:
+    """Hold what torch's loggers write to stderr during an export (graphs, guards, symbolic-shape warnings); torch's
+    handlers look up ``sys.stderr`` when they write, so redirecting it catches them. On success it is written back
+    to stderr as it would have been; on failure it goes to ``log_path`` and the error names the file."""
+    import io
+    import sys
+
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(held):
+            yield log_path
+    except BaseException:
+        log_path.write_text(held.getvalue())
+        raise
+    else:
+        sys.stderr.write(held.getvalue())
+
+
 def _load_failed(path: Path, exc: BaseException) -> ValueError:
     return ValueError(
         f"ONNX Runtime cannot load {path.name} ({_first_line(exc)}): a truncated or foreign file? Export the model "
@@ -100,8 +130,17 @@ def export(
                 f"{type(model).__name__} cannot run on the example of shape {tuple(example.shape)} "
                 f"({_first_line(exc)}): pass an input it accepts, e.g. a batch of 2 real inputs."
             ) from exc
-        with consistent_fp32_flags():
-            program = torch.onnx.export(model, (example,), dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False)
+        with consistent_fp32_flags(), _exporter_log(path.with_suffix(".export.log")) as log:
+            try:
+                program = torch.onnx.export(
+                    model, (example,), dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False
+                )
+            except Exception as exc:  # one line that says what to change; the exporter's wall of logs to a file
+                raise RuntimeError(
+                    f"torch.onnx.export could not capture {type(model).__name__} ({_root_cause(exc)}): make forward "
+                    f"traceable (no Python branch on a tensor's value, no .item() or data-dependent shape); the "
+                    f"exporter's log is in {log}."
+                ) from exc
     finally:
         model.train(was_training)
     if external_data:  # the graph names its weights file: both are written under their final names

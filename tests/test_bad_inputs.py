@@ -82,6 +82,11 @@ def _rf():
     )
 
 
+class _Untraceable(torch.nn.Module):
+    def forward(self, x):  # a Python branch on a tensor's value: runs in eager mode, cannot be exported
+        return x * 2 if x.sum() > 0 else x.nonzero().float()
+
+
 # Bad values by the kind of argument they replace. A kind ending in "?" also accepts None (its default).
 BAD = {
     "posint": [None, "3", 2.5, 0, -1, True, NAN, INF, [2]],
@@ -130,6 +135,7 @@ BAD = {
     "onnxpath": ["/nonexistent/m.onnx", EMPTY_FILE, GARBAGE_FILE, None, 3, ""],
     "ortinput": [np.ones((2, 3), dtype=np.float32), np.ones(1, dtype=np.int64), "x"],
     "calibration": [[np.ones((2, 3), dtype=np.float32)], ["x"], [None]],
+    "exportable": [None, lambda x: x, _Untraceable()],  # not a module, or a module torch.export cannot capture
 }
 
 
@@ -383,7 +389,12 @@ def _cases():
             {"dtype": "dtype"},
         ),
         (onnxrt.session, (RELU_FILE,), {}, {"path": "onnxpath"}),
-        (onnxrt.export, (TINY, torch.ones(2, 4), "probe"), {"folder": _PROBE_DIR}, {"example": "example"}),
+        (
+            onnxrt.export,
+            (TINY, torch.ones(2, 4), "probe"),
+            {"folder": _PROBE_DIR},
+            {"example": "example", "model": "exportable"},
+        ),
         (onnxrt.graph_summary, (RELU_FILE,), {}, {"path": "onnxpath"}),
         (onnxrt.profile_ops, (RELU_FILE, np.ones(1, dtype=np.float32)), {"calls": 1}, {"path": "onnxpath"}),
         (RELU.numpy, (np.ones(1, dtype=np.float32),), {}, {"x": "ortinput"}),

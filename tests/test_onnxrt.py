@@ -64,6 +64,23 @@ def test_export_bad_input(tmp_path):
     assert one_line(info.value)
 
 
+class _Untraceable(torch.nn.Module):
+    """Runs in eager mode, cannot be captured: a Python branch on a tensor's value."""
+
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x.nonzero().float()
+
+
+def test_a_model_that_runs_but_cannot_be_exported_ends_in_one_line(tmp_path, capfd):
+    with pytest.raises(RuntimeError, match="could not capture _Untraceable.*data-dependent") as info:
+        onnxrt.export(_Untraceable(), torch.randn(4, 3), "untraceable", folder=tmp_path)
+    assert one_line(info.value) and info.value.__cause__ is not None  # the exporter's error is chained
+    log = tmp_path / "untraceable.export.log"
+    assert str(log) in str(info.value) and "forward" in log.read_text()  # the wall of logs went to the file
+    assert capfd.readouterr().err.count("\n") <= 2  # not to the learner's output
+    assert not (tmp_path / "untraceable.onnx").exists()
+
+
 def test_providers_are_what_works_not_what_is_listed(no_gpu, cnn_path, capfd):
     assert onnxrt.working_providers() == ["CPUExecutionProvider"]
     assert not onnxrt.provider_works("CUDAExecutionProvider")
