@@ -393,7 +393,9 @@ class GPT(nn.Module):
     def _check_cache(self, pos: torch.Tensor) -> None:
         """One line instead of a bare error from deep inside the cache's update, for two mistakes: a static cache
         made under ``torch.inference_mode`` (as :func:`generate` makes it) used outside it, and, on the CPU (where
-        reading ``pos`` costs no device sync), a position past the cache's end."""
+        reading ``pos`` costs no device sync), a position past the cache's end. On a GPU the position is not read:
+        that would make every eager step wait for the device (a handicap the eager baseline must not carry), and
+        :func:`generate` and :func:`speculative_generate` check their lengths on the host before they start."""
         cache = self.blocks[0].attn.cache
         if not isinstance(cache, StaticKVCache):
             return
