@@ -9,7 +9,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # import name → distribution name, where they differ
-DISTRIBUTION = {"PIL": "pillow", "pynvml": "nvidia-ml-py", "onnxruntime": "onnxruntime-gpu", "IPython": "ipython"}
+DISTRIBUTION = {
+    "PIL": "pillow",
+    "pynvml": "nvidia-ml-py",
+    "onnxruntime": "onnxruntime-gpu",
+    "IPython": "ipython",
+    "mlperf_loadgen": "mlcommons-loadgen",
+}
 
 
 def _imports() -> set[str]:

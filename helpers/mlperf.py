@@ -1,0 +1,327 @@
+"""MLPerf's LoadGen (``mlcommons-loadgen``), the course's way: a system under test, one call per test, and the
+numbers read back from LoadGen's own ``mlperf_log_summary.txt``, never from the course's timer.
+
+- :class:`SUT` — a ``predict`` function (a batch of samples → one integer result per sample) and the samples it
+  serves, as LoadGen's system under test and query sample library. Offline and MultiStream queries arrive as lists
+  and run ``max_batch`` samples at a time; Server queries arrive one by one from LoadGen's clock and go through a
+  queue to a worker thread that takes what is waiting, up to ``max_batch`` (dynamic batching with no fill wait);
+  SingleStream queries run as they arrive. Each sample's result goes back to LoadGen as its response bytes, which
+  an accuracy run logs.
+- :func:`run` — one LoadGen test (a scenario, performance or accuracy mode, the durations and bounds), written
+  to its own folder; returns the :class:`Summary` LoadGen wrote.
+- :func:`read_summary` / :func:`read_accuracy` — a test's summary (the result, VALID or INVALID and why, the
+  early-stopping estimates, the latency percentiles) and an accuracy run's logged results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .checks import check_callable, check_choice, check_int, check_number
+from .paths import ensure_dir, output_subdir
+
+SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
+#: What each scenario's result is, as MLPerf reports it.
+METRIC = {
+    "SingleStream": "p90 latency (s)",
+    "MultiStream": "p99 query latency (s)",
+    "Server": "samples/s at the latency bound",
+    "Offline": "samples/s",
+}
+#: The fewest queries LoadGen 6.0's early stopping accepts when no query misses its bound (what its summary asks
+#: for when fewer ran): a shorter run is INVALID whatever its duration.
+EARLY_STOPPING_QUERIES = {"SingleStream": 64, "MultiStream": 662, "Server": 459}
+
+
+def _loadgen() -> Any:
+    try:
+        import mlperf_loadgen
+    except ImportError as exc:  # pragma: no cover - pinned in requirements.txt
+        raise ImportError("mlcommons-loadgen is not installed: run `make setup` (requirements.txt pins it).") from exc
+    return mlperf_loadgen
+
+
+class SUT:
+    """``predict(samples[indices])`` → one integer result per sample, served to LoadGen (see the module's text).
+    Use it in a ``with`` block (or call :meth:`close`): LoadGen's handles and the Server worker are released there."""
+
+    def __init__(self, predict: Callable[[Any], Any], samples: Sequence[Any], max_batch: int = 1, name: str = "sut"):
+        check_callable("predict", predict, hint="pass a function: a batch of samples -> one integer per sample")
+        if not hasattr(samples, "__getitem__") or not hasattr(samples, "__len__") or len(samples) == 0:
+            raise ValueError("samples must be a non-empty tensor or array of the inputs LoadGen's queries index.")
+        self.predict, self.samples, self.name = predict, samples, name
+        self.max_batch = check_int("max_batch", max_batch, hint="the most samples one predict call may take")
+        lg = _loadgen()
+        self._lg, self._server = lg, False
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self.errors: list[BaseException] = []
+        self.sut = lg.ConstructSUT(self._issue, self._flush)
+        n = len(samples)
+        self.qsl = lg.ConstructQSL(n, n, lambda idx: None, lambda idx: None)  # every sample already in memory
+
+    # LoadGen's callbacks --------------------------------------------------------------------------------------
+    def _issue(self, query_samples: list[Any]) -> None:
+        if self._server:
+            for q in query_samples:
+                self._queue.put(q)
+            return
+        for i in range(0, len(query_samples), self.max_batch):
+            self._complete(query_samples[i : i + self.max_batch])
+
+    def _flush(self) -> None:
+        pass
+
+    def _serve(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.max_batch:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._complete(batch)
+                    return
+                batch.append(nxt)
+            self._complete(batch)
+
+    def _complete(self, query_samples: list[Any]) -> None:
+        lg = self._lg
+        try:
+            out = np.asarray(self.predict(self.samples[[q.index for q in query_samples]]), dtype=np.int64)
+            if out.shape != (len(query_samples),):
+                raise ValueError(
+                    f"predict returned shape {out.shape} for {len(query_samples)} samples: return one "
+                    "integer per sample (e.g. logits.argmax(1))."
+                )
+        except BaseException as exc:  # LoadGen would wait for ever for these samples: answer them, keep the error
+            self.errors.append(exc)
+            out = np.full(len(query_samples), -1, dtype=np.int64)
+        responses = [lg.QuerySampleResponse(q.id, out[i : i + 1].ctypes.data, 8) for i, q in enumerate(query_samples)]
+        lg.QuerySamplesComplete(responses)  # LoadGen copies the bytes before this returns
+
+    def _start(self, server: bool) -> None:
+        self._server = server
+        if server:
+            self._worker = threading.Thread(target=self._serve, name=f"{self.name}-server", daemon=True)
+            self._worker.start()
+
+    def _stop(self) -> None:
+        if self._worker is not None:
+            self._queue.put(None)
+            self._worker.join(timeout=60)
+            self._worker = None
+        self._server = False
+
+    def close(self) -> None:
+        self._stop()
+        if self.sut is not None:
+            self._lg.DestroyQSL(self.qsl)
+            self._lg.DestroySUT(self.sut)
+            self.sut = self.qsl = None
+
+    def __enter__(self) -> SUT:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class Summary:
+    """What LoadGen wrote in ``mlperf_log_summary.txt``: ``result`` in :data:`METRIC`'s unit (seconds for the
+    latency scenarios), ``valid``, the checks behind it, early stopping's lines and the latency percentiles (s)."""
+
+    scenario: str
+    mode: str
+    valid: bool
+    result: float
+    checks: dict[str, bool] = field(default_factory=dict)
+    early_stopping: list[str] = field(default_factory=list)
+    recommendations: list[str] = field(default_factory=list)
+    latencies: dict[str, float] = field(default_factory=dict)
+    fields: dict[str, str] = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def metric(self) -> str:
+        return METRIC.get(self.scenario, "result")
+
+    def why(self) -> str:
+        """``VALID`` or ``INVALID: <each check that failed>``, in LoadGen's words."""
+        if self.valid:
+            return "VALID"
+        failed = [name for name, ok in self.checks.items() if not ok]
+        return "INVALID: " + ("; ".join(f"{name.lower()}: no" for name in failed) or "see the summary file")
+
+    def row(self) -> dict[str, Any]:
+        latency = self.latencies
+        return {
+            "scenario": self.scenario,
+            "result": self.result,
+            "metric": self.metric,
+            "p50 (s)": latency.get("50.00"),
+            "p90 (s)": latency.get("90.00"),
+            "p99 (s)": latency.get("99.00"),
+            "verdict": self.why(),
+        }
+
+
+_LINE = re.compile(r"^\s*([^:*]+?)\s*:\s*(.*?)\s*$")
+
+
+def read_summary(folder: str | Path) -> Summary:
+    """Parse ``<folder>/mlperf_log_summary.txt`` (see :class:`Summary`)."""
+    path = Path(folder) / "mlperf_log_summary.txt"
+    if not path.is_file():
+        raise FileNotFoundError(f"no LoadGen summary at {path}: run a test there first (helpers.mlperf.run).")
+    text = path.read_text()
+    fields: dict[str, str] = {}
+    early, recs, section = [], [], None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("Early Stopping Result"):
+            section = early
+        elif stripped.startswith("Recommendations"):
+            section = recs
+        elif stripped.startswith("*") and section is not None:
+            section.append(stripped.lstrip("* ").strip())
+        elif stripped.startswith("=") or not stripped:
+            section = None
+        elif section is not None and not _LINE.match(line):
+            section[-1:] = [f"{section[-1]} {stripped}"] if section else [stripped]  # a bullet's continuation
+        elif m := _LINE.match(line):
+            fields.setdefault(m.group(1), m.group(2))
+    scenario = fields.get("Scenario", "")
+    mode = fields.get("Mode", "")
+    checks = {k: v.lower() == "yes" for k, v in fields.items() if k.endswith("satisfied")}
+    latencies = {}
+    for key, value in fields.items():
+        if m := re.match(r"^(\d+\.\d\d) percentile latency \(ns\)$", key):
+            latencies[m.group(1)] = float(value) / 1e9
+    result_key = {
+        "SingleStream": r"^90\.0th percentile latency \(ns\)$",
+        "MultiStream": r"^99\.0th percentile latency \(ns\)$",
+        "Server": r"^Scheduled samples per second$",
+        "Offline": r"^Samples per second$",
+    }.get(scenario)
+    result = math.nan
+    for key, value in fields.items():
+        if result_key and re.match(result_key, key):
+            result = float(value) / (1e9 if "(ns)" in key else 1.0)
+            break
+    return Summary(
+        scenario=scenario,
+        mode=mode,
+        valid=fields.get("Result is") == "VALID",
+        result=result,
+        checks=checks,
+        early_stopping=early,
+        recommendations=recs,
+        latencies=latencies,
+        fields=fields,
+        path=path,
+    )
+
+
+def read_accuracy(folder: str | Path) -> dict[int, int]:
+    """An accuracy run's logged results: ``{sample index: the integer predict returned}`` (the last one logged
+    where a sample was issued more than once)."""
+    path = Path(folder) / "mlperf_log_accuracy.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no LoadGen accuracy log at {path}: run a test with mode='accuracy' there first.")
+    out = {}
+    for entry in json.loads(path.read_text() or "[]"):
+        out[int(entry["qsl_idx"])] = int(np.frombuffer(bytes.fromhex(entry["data"]), dtype=np.int64)[0])
+    return out
+
+
+def run(
+    sut: SUT,
+    scenario: str,
+    *,
+    name: str | None = None,
+    mode: str = "performance",
+    min_duration: float = 1.0,
+    min_queries: int = 1,
+    target_qps: float | None = None,
+    latency_bound: float | None = None,
+    expected_latency: float | None = None,
+    expected_qps: float | None = None,
+    samples_per_query: int = 8,
+    max_duration: float = 120.0,
+    folder: str | Path | None = None,
+) -> Summary:
+    """Run one LoadGen test of ``sut`` and return its summary. ``min_duration`` (s) and ``min_queries`` are the
+    run's minimums (MLPerf's own are 600 s and scenario-sized counts; a course run names what it used).
+    Server needs ``target_qps`` (Poisson arrivals) and ``latency_bound`` (s, at p99); Offline issues one query of
+    ``expected_qps × min_duration`` samples; MultiStream queries hold ``samples_per_query`` samples.
+    ``mode="accuracy"`` runs every sample once and logs each result (:func:`read_accuracy`). LoadGen stops
+    issuing after ``max_duration`` seconds (it still waits for the queries it issued). Logs go to
+    ``folder`` (default ``<outputs>/mlperf/<name or scenario>``)."""
+    lg = _loadgen()
+    check_instance_sut(sut)
+    check_choice("scenario", scenario, SCENARIOS, hint="one of MLPerf's four scenarios")
+    check_choice("mode", mode, ("performance", "accuracy"))
+    min_duration = check_number("min_duration", min_duration, positive=True, hint="seconds, e.g. 1.0")
+    check_int("min_queries", min_queries, hint="the fewest queries the run may issue")
+    check_int("samples_per_query", samples_per_query, hint="MLPerf's MultiStream uses 8")
+    settings = lg.TestSettings()
+    settings.scenario = getattr(lg.TestScenario, scenario)
+    settings.mode = lg.TestMode.PerformanceOnly if mode == "performance" else lg.TestMode.AccuracyOnly
+    settings.min_duration_ms = int(min_duration * 1000)
+    max_duration = check_number("max_duration", max_duration, minimum=min_duration, hint="seconds ≥ min_duration")
+    settings.max_duration_ms = int(max_duration * 1000)
+    settings.min_query_count = min_queries
+    if scenario == "Server":
+        qps = check_number("target_qps", target_qps, positive=True, hint="the Poisson arrival rate, per second")
+        bound = check_number("latency_bound", latency_bound, positive=True, hint="the p99 bound in seconds")
+        settings.server_target_qps = qps
+        settings.server_target_latency_ns = int(bound * 1e9)
+    if scenario == "Offline":
+        settings.offline_expected_qps = check_number(
+            "expected_qps", expected_qps, positive=True, hint="samples per second you expect: sizes the one query"
+        )
+    if expected_latency is not None:
+        ns = int(check_number("expected_latency", expected_latency, positive=True, hint="seconds") * 1e9)
+        settings.single_stream_expected_latency_ns = ns
+        settings.multi_stream_expected_latency_ns = ns
+    settings.multi_stream_samples_per_query = samples_per_query
+    out = Path(folder) if folder is not None else output_subdir("mlperf") / (name or f"{scenario}-{mode}")
+    ensure_dir(out)
+    for stale in out.glob("mlperf_log_*"):
+        stale.unlink()  # a test that fails to write must not leave an earlier test's summary to be read
+    log = lg.LogSettings()
+    log.log_output.outdir = str(out)
+    log.log_output.copy_summary_to_stdout = False
+    sut.errors.clear()
+    sut._start(server=scenario == "Server")
+    try:
+        lg.StartTestWithLogSettings(sut.sut, sut.qsl, settings, log)
+    finally:
+        sut._stop()
+    if sut.errors:
+        exc = sut.errors[0]
+        raise RuntimeError(f"predict failed during the LoadGen test ({type(exc).__name__}: {exc})") from exc
+    if mode == "accuracy":
+        return Summary(scenario=scenario, mode="AccuracyOnly", valid=True, result=math.nan, path=out)
+    return read_summary(out)
+
+
+def check_instance_sut(sut: Any) -> None:
+    if not isinstance(sut, SUT) or sut.sut is None:
+        raise TypeError("sut must be an open helpers.mlperf.SUT (made with SUT(predict, samples), not closed).")
