@@ -9,6 +9,9 @@
   step finished sequences leave and waiting ones take their slots). ``chunk`` splits prompts into pieces of at
   most that many tokens, one piece per iteration (chunked prefill, as in Sarathi-Serve), so a long prompt does
   not stall every running sequence for its whole prefill.
+- :func:`serve_live`: the same continuous-batching engine for requests that arrive *while* it runs (from another
+  thread, through a queue), with a call when each request's first token and its last are ready: what a load
+  generator that owns the clock, such as MLPerf's LoadGen (``helpers.mlperf``), needs.
 - :class:`Trace` (per request: arrival, admission, the time of every token) and :class:`EngineRun` (the traces,
   the per-iteration log and the metrics: TTFT, TPOT, inter-token latency, end-to-end, throughput, goodput).
 
@@ -17,7 +20,9 @@ Decoding is greedy, so the tokens of every request can be checked against :func:
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import queue
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -30,7 +35,7 @@ from .checks import check_choice, check_instance, check_int, check_number
 from .llm import GPT, decode_step
 from .serving import poisson_arrivals
 
-__all__ = ["Request", "Trace", "EngineRun", "make_requests", "serve", "percentile"]
+__all__ = ["Request", "Trace", "EngineRun", "make_requests", "serve", "serve_live", "percentile"]
 
 
 @dataclass(frozen=True)
@@ -297,3 +302,75 @@ class _Engine:
         elif len(finished) == sum(slot is not None for slot in self.slots):
             self.slots = [None] * self.n
             self.pos.zero_()
+
+
+def serve_live(
+    model: GPT,
+    inbox: queue.Queue,
+    *,
+    slots: int = 8,
+    step: Callable[[GPT, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    max_len: int | None = None,
+    on_first: Callable[[object, int], None] | None = None,
+    on_done: Callable[[object, list[int]], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> EngineRun:
+    """Continuous batching of requests that arrive while it runs. Each item of ``inbox`` is ``(tag, Request)``:
+    the request arrives when the engine takes it from the queue (its own ``arrival`` is ignored); ``None`` ends
+    the run once every request taken is done. ``on_first(tag, token)`` is called when a request's first token is
+    ready, ``on_done(tag, tokens)`` when its last is. Returns the :class:`EngineRun` (arrivals as taken)."""
+    check_instance("model", model, GPT, hint="pass a helpers.llm.GPT, e.g. helpers.llm.trained_lm('target')")
+    check_instance("inbox", inbox, queue.Queue, hint="pass a queue.Queue of (tag, Request) items, then None")
+    check_int("slots", slots, maximum=4096, hint="pass how many sequences the cache holds at once, e.g. 8")
+    max_len = model.config.max_seq_len if max_len is None else max_len
+    check_int("max_len", max_len, maximum=model.config.max_seq_len, hint="positions per slot, at most max_seq_len")
+    with torch.inference_mode():
+        engine = _LiveEngine(model, slots, decode_step if step is None else step, clock, max_len, inbox)
+        engine.on_first, engine.on_done = on_first, on_done
+        return engine.run()
+
+
+class _LiveEngine(_Engine):
+    def __init__(self, model, slots, step, clock, max_len, inbox) -> None:  # noqa: ANN001
+        super().__init__(model, [], "continuous", slots, None, step, 0.0, clock, max_len)
+        self.inbox, self.closed, self.tags, self.max_len = inbox, False, {}, max_len
+        self.on_first = self.on_done = None
+
+    def take(self, block: bool) -> None:
+        """Move what has arrived into the queue; wait (briefly) for an arrival only when there is nothing to do."""
+        while True:
+            try:
+                item = self.inbox.get(timeout=0.05) if block else self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            if item is None:
+                self.closed = True
+                continue
+            tag, request = item
+            if len(request.prompt) + request.max_new > self.max_len or not request.prompt:
+                raise ValueError(f"request {tag!r}: an empty prompt or more positions than a slot holds.")
+            trace = Trace(dataclasses.replace(request, arrival=self.now()))
+            self.traces.append(trace)
+            self.tags[id(trace)] = tag
+            self.queue.append(trace)
+
+    def run(self) -> EngineRun:
+        self.start = self.clock()
+        while not (self.closed and not self.queue and not any(self.slots)):
+            self.take(block=not self.queue and not any(self.slots))
+            if self.admit():
+                self.iterate()
+        return EngineRun("continuous", self.n, None, self.traces, self.iterations, self.now())
+
+    def emit(self, s: int, token: int, t: float | None = None) -> None:
+        super().emit(s, token, t)
+        trace = self.slots[s].trace
+        if len(trace.tokens) == 1 and self.on_first is not None:
+            self.on_first(self.tags[id(trace)], token)
+
+    def retire(self) -> None:
+        for slot in self.slots:
+            if slot is not None and slot.done and self.on_done is not None:
+                self.on_done(self.tags[id(slot.trace)], list(slot.trace.tokens))
+        super().retire()

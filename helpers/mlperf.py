@@ -33,8 +33,8 @@ from .paths import ensure_dir, output_subdir
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 #: What each scenario's result is, as MLPerf reports it.
 METRIC = {
-    "SingleStream": "p90 latency (s)",
-    "MultiStream": "p99 query latency (s)",
+    "SingleStream": "p90 latency",
+    "MultiStream": "p99 query latency",
     "Server": "samples/s at the latency bound",
     "Offline": "samples/s",
 }
@@ -57,14 +57,13 @@ class SUT:
 
     def __init__(self, predict: Callable[[Any], Any], samples: Sequence[Any], max_batch: int = 1, name: str = "sut"):
         check_callable("predict", predict, hint="pass a function: a batch of samples -> one integer per sample")
-        if not hasattr(samples, "__getitem__") or not hasattr(samples, "__len__") or len(samples) == 0:
+        if isinstance(samples, (str, bytes)) or not hasattr(samples, "__getitem__") or len(samples) == 0:
             raise ValueError("samples must be a non-empty tensor or array of the inputs LoadGen's queries index.")
         self.predict, self.samples, self.name = predict, samples, name
         self.max_batch = check_int("max_batch", max_batch, hint="the most samples one predict call may take")
         lg = _loadgen()
         self._lg, self._server = lg, False
         self._queue: queue.Queue[Any] = queue.Queue()
-        self._worker: threading.Thread | None = None
         self.errors: list[BaseException] = []
         self.sut = lg.ConstructSUT(self._issue, self._flush)
         n = len(samples)
@@ -114,21 +113,41 @@ class SUT:
         responses = [lg.QuerySampleResponse(q.id, out[i : i + 1].ctypes.data, 8) for i, q in enumerate(query_samples)]
         lg.QuerySamplesComplete(responses)  # LoadGen copies the bytes before this returns
 
-    def _start(self, server: bool) -> None:
-        self._server = server
-        if server:
-            self._worker = threading.Thread(target=self._serve, name=f"{self.name}-server", daemon=True)
-            self._worker.start()
+    def _run(self, start_test: Callable[[], None], server: bool) -> None:
+        """Run LoadGen's test. Server queries are served on *this* thread while the test runs in another: a model
+        called from a Python worker thread ran ~1.6× slower than from the thread that warmed it up, on the course's
+        CPU (PyTorch's OpenMP gives each calling thread its own intra-op pool), which would be a handicap of the
+        harness, not of the model. The other scenarios run each query in LoadGen's issue thread, as it arrives."""
+        if not server:
+            start_test()
+            return
+        self._server = True
 
-    def _stop(self) -> None:
-        if self._worker is not None:
-            self._queue.put(None)
-            self._worker.join(timeout=60)
-            self._worker = None
-        self._server = False
+        def test() -> None:
+            try:
+                start_test()
+            except BaseException as exc:  # pragma: no cover - LoadGen reports through its logs
+                self.errors.append(exc)
+            finally:
+                self._queue.put(None)  # every query was answered (LoadGen waits for them): the serving loop ends
+
+        runner = threading.Thread(target=test, name=f"{self.name}-loadgen", daemon=True)
+        runner.start()
+        try:
+            self._serve()
+        except BaseException:  # an interrupt, say: answer what LoadGen still waits for, so that its test can end
+            while (item := self._queue.get()) is not None:
+                self._lg.QuerySamplesComplete(
+                    [self._lg.QuerySampleResponse(item.id, 0, 0)]
+                    if hasattr(item, "id")
+                    else [self._lg.QuerySampleResponse(item[0], 0, 0)]
+                )
+            raise
+        finally:
+            runner.join()
+            self._server = False
 
     def close(self) -> None:
-        self._stop()
         if self.sut is not None:
             self._lg.DestroyQSL(self.qsl)
             self._lg.DestroySUT(self.sut)
@@ -141,10 +160,86 @@ class SUT:
         self.close()
 
 
+class LLMSUT(SUT):
+    """A language model behind LoadGen, with token latencies: each sample is a :class:`helpers.llm_serving.Request`
+    (its prompt and how many tokens to generate); queries go to :func:`helpers.llm_serving.serve_live`'s
+    continuous-batching engine in a worker thread, its first token is reported with ``FirstTokenComplete`` (LoadGen's
+    TTFT) and its last with ``QuerySamplesComplete`` and the token count (LoadGen's TPOT). Every test runs it as a
+    server: LoadGen's queries arrive on LoadGen's clock. ``engine`` holds the last run's
+    :class:`~helpers.llm_serving.EngineRun`, ``answers`` each sample's tokens."""
+
+    def __init__(
+        self, model: Any, requests: Sequence[Any], slots: int = 8, step: Any = None, max_len: int | None = None
+    ):
+        from . import llm_serving
+
+        if not requests or not all(isinstance(r, llm_serving.Request) for r in requests):
+            raise ValueError(
+                "requests must be a non-empty list of helpers.llm_serving.Request (make_requests makes them)."
+            )
+        super().__init__(lambda samples: samples, list(requests), max_batch=1, name="llm")
+        self.model, self.slots, self.step, self.max_len = model, check_int("slots", slots), step, max_len
+        self.engine: Any = None
+        self.answers: dict[int, list[int]] = {}
+        self._index: dict[int, int] = {}
+        self._outstanding: set[int] = set()
+        self._lock = threading.Lock()
+
+    def _issue(self, query_samples: list[Any]) -> None:
+        for q in query_samples:
+            with self._lock:
+                self._index[q.id] = q.index
+                self._outstanding.add(q.id)
+            self._queue.put((q.id, self.samples[q.index]))
+
+    def _first(self, tag: int, token: int) -> None:
+        first = np.array([token], dtype=np.int64)
+        self._lg.FirstTokenComplete([self._lg.QuerySampleResponse(tag, first.ctypes.data, 8)])
+
+    def _done(self, tag: int, tokens: list[int]) -> None:
+        out = np.asarray(tokens, dtype=np.int64)
+        with self._lock:
+            self._outstanding.discard(tag)
+            self.answers[self._index.pop(tag)] = tokens
+        self._lg.QuerySamplesComplete([self._lg.QuerySampleResponse(tag, out.ctypes.data, out.nbytes, len(out))])
+
+    def _serve(self) -> None:
+        from . import llm_serving
+
+        try:
+            self.engine = llm_serving.serve_live(
+                self.model,
+                self._queue,
+                slots=self.slots,
+                step=self.step,
+                max_len=self.max_len,
+                on_first=self._first,
+                on_done=self._done,
+            )
+        except BaseException as exc:  # answer what is left, or LoadGen waits for ever
+            self.errors.append(exc)
+            while True:
+                with self._lock:
+                    pending = list(self._outstanding)
+                    self._outstanding.clear()
+                for tag in pending:
+                    self._lg.QuerySamplesComplete([self._lg.QuerySampleResponse(tag, 0, 0, 0)])
+                item = self._queue.get()
+                if item is None:
+                    return
+                with self._lock:
+                    self._outstanding.add(item[0])
+
+    def _run(self, start_test: Callable[[], None], server: bool) -> None:
+        super()._run(start_test, server=True)  # an LLM is always served as queries arrive
+
+
 @dataclass
 class Summary:
-    """What LoadGen wrote in ``mlperf_log_summary.txt``: ``result`` in :data:`METRIC`'s unit (seconds for the
-    latency scenarios), ``valid``, the checks behind it, early stopping's lines and the latency percentiles (s)."""
+    """What LoadGen wrote in ``mlperf_log_summary.txt``: ``result`` (:data:`METRIC`: seconds for the latency
+    scenarios, samples per second for the others), ``valid``, the checks behind it, early stopping's lines and
+    the latency percentiles (s), keyed ``"50.00"``, ``"90.00"``, ``"99.00"``…; with token latencies also ``ttft``
+    and ``tpot`` (s)."""
 
     scenario: str
     mode: str
@@ -154,6 +249,8 @@ class Summary:
     early_stopping: list[str] = field(default_factory=list)
     recommendations: list[str] = field(default_factory=list)
     latencies: dict[str, float] = field(default_factory=dict)
+    ttft: dict[str, float] = field(default_factory=dict)
+    tpot: dict[str, float] = field(default_factory=dict)
     fields: dict[str, str] = field(default_factory=dict)
     path: Path | None = None
 
@@ -191,15 +288,16 @@ def read_summary(folder: str | Path) -> Summary:
         raise FileNotFoundError(f"no LoadGen summary at {path}: run a test there first (helpers.mlperf.run).")
     text = path.read_text()
     fields: dict[str, str] = {}
-    early, recs, section = [], [], None
+    early, recs, section, prefix = [], [], None, ""
     for line in text.splitlines():
         stripped = line.strip()
-        if stripped.startswith("Early Stopping Result"):
-            section = early
+        if "Early Stopping Result" in stripped:  # also "TTFT …" and "TPOT …" in a run with token latencies
+            section, prefix = early, stripped.split("Early Stopping Result")[0].strip()
         elif stripped.startswith("Recommendations"):
-            section = recs
+            section, prefix = recs, ""
         elif stripped.startswith("*") and section is not None:
-            section.append(stripped.lstrip("* ").strip())
+            line = stripped.lstrip("* ").strip()
+            section.append(f"{prefix}: {line}" if prefix and section is early else line)
         elif stripped.startswith("=") or not stripped:
             section = None
         elif section is not None and not _LINE.match(line):
@@ -209,10 +307,15 @@ def read_summary(folder: str | Path) -> Summary:
     scenario = fields.get("Scenario", "")
     mode = fields.get("Mode", "")
     checks = {k: v.lower() == "yes" for k, v in fields.items() if k.endswith("satisfied")}
-    latencies = {}
+    latencies, ttft, tpot = {}, {}, {}
     for key, value in fields.items():
-        if m := re.match(r"^(\d+\.\d\d) percentile latency \(ns\)$", key):
-            latencies[m.group(1)] = float(value) / 1e9
+        for pattern, into in (
+            (r"^(\d+\.\d\d) percentile latency \(ns\)$", latencies),
+            (r"^(\d+\.\d\d) percentile first token latency \(ns\)$", ttft),
+            (r"^(\d+\.\d\d) percentile time to output token \(ns\)$", tpot),
+        ):
+            if m := re.match(pattern, key):
+                into[m.group(1)] = float(value) / 1e9
     result_key = {
         "SingleStream": r"^90\.0th percentile latency \(ns\)$",
         "MultiStream": r"^99\.0th percentile latency \(ns\)$",
@@ -233,6 +336,8 @@ def read_summary(folder: str | Path) -> Summary:
         early_stopping=early,
         recommendations=recs,
         latencies=latencies,
+        ttft=ttft,
+        tpot=tpot,
         fields=fields,
         path=path,
     )
@@ -263,12 +368,15 @@ def run(
     expected_latency: float | None = None,
     expected_qps: float | None = None,
     samples_per_query: int = 8,
+    ttft_bound: float | None = None,
+    tpot_bound: float | None = None,
     max_duration: float = 120.0,
     folder: str | Path | None = None,
 ) -> Summary:
     """Run one LoadGen test of ``sut`` and return its summary. ``min_duration`` (s) and ``min_queries`` are the
     run's minimums (MLPerf's own are 600 s and scenario-sized counts; a course run names what it used).
-    Server needs ``target_qps`` (Poisson arrivals) and ``latency_bound`` (s, at p99); Offline issues one query of
+    Server needs ``target_qps`` (Poisson arrivals) and ``latency_bound`` (s, at p99), or, for an :class:`LLMSUT`,
+    ``ttft_bound`` and ``tpot_bound`` (s, at p99: LoadGen's token latencies); Offline issues one query of
     ``expected_qps × min_duration`` samples; MultiStream queries hold ``samples_per_query`` samples.
     ``mode="accuracy"`` runs every sample once and logs each result (:func:`read_accuracy`). LoadGen stops
     issuing after ``max_duration`` seconds (it still waits for the queries it issued). Logs go to
@@ -287,11 +395,18 @@ def run(
     max_duration = check_number("max_duration", max_duration, minimum=min_duration, hint="seconds ≥ min_duration")
     settings.max_duration_ms = int(max_duration * 1000)
     settings.min_query_count = min_queries
+    tokens = isinstance(sut, LLMSUT)
     if scenario == "Server":
         qps = check_number("target_qps", target_qps, positive=True, hint="the Poisson arrival rate, per second")
-        bound = check_number("latency_bound", latency_bound, positive=True, hint="the p99 bound in seconds")
         settings.server_target_qps = qps
-        settings.server_target_latency_ns = int(bound * 1e9)
+        if not tokens:
+            bound = check_number("latency_bound", latency_bound, positive=True, hint="the p99 bound in seconds")
+            settings.server_target_latency_ns = int(bound * 1e9)
+    if tokens:
+        hint = "seconds, at p99 (MLPerf's Llama-2-70B Server: 2.0 and 0.2)"
+        settings.use_token_latencies = True
+        settings.ttft_latency = int(check_number("ttft_bound", ttft_bound, positive=True, hint=hint) * 1e9)
+        settings.tpot_latency = int(check_number("tpot_bound", tpot_bound, positive=True, hint=hint) * 1e9)
     if scenario == "Offline":
         settings.offline_expected_qps = check_number(
             "expected_qps", expected_qps, positive=True, hint="samples per second you expect: sizes the one query"
@@ -309,11 +424,7 @@ def run(
     log.log_output.outdir = str(out)
     log.log_output.copy_summary_to_stdout = False
     sut.errors.clear()
-    sut._start(server=scenario == "Server")
-    try:
-        lg.StartTestWithLogSettings(sut.sut, sut.qsl, settings, log)
-    finally:
-        sut._stop()
+    sut._run(lambda: lg.StartTestWithLogSettings(sut.sut, sut.qsl, settings, log), server=scenario == "Server")
     if sut.errors:
         exc = sut.errors[0]
         raise RuntimeError(f"predict failed during the LoadGen test ({type(exc).__name__}: {exc})") from exc

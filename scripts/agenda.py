@@ -53,6 +53,7 @@ GPU_PARTS = {
     "11_shipping": "no (on a GPU the package and the caches hold Triton kernels instead of C++)",
     "12_serving": "no; on a GPU one replica per GPU (not run on the reference GPU machine: no serving engine there)",
     "13_llm_serving": "partly: bf16 with a compiled step for the engine; speed-ups where decoding is memory-bound",
+    "14_mlperf": "no (on a GPU the same scenarios run the 48×48 model; the idle-gap and threads lessons are the CPU's)",
 }
 #: the core, in teaching order: what a half day takes first (00 and 01 set up every later notebook)
 HALF_DAY = ["00_environment", "01_bottlenecks", "02_precision_quantization", "04_compilation_fusion"]

@@ -29,12 +29,14 @@ from helpers import (
     harness,
     llm,
     memory,
+    mlperf,
     models,
     onnxrt,
     oom,
     opcount,
     pipeline,
     plotting,
+    processes,
     results,
     roofline,
     timing,
@@ -68,6 +70,7 @@ def _relu_model():
 
 
 RELU = _relu_model()
+LOADGEN_SUT = mlperf.SUT(lambda samples: [0] * len(samples), [1, 2, 3])
 
 
 def _rf():
@@ -135,6 +138,7 @@ BAD = {
     "onnxpath": ["/nonexistent/m.onnx", EMPTY_FILE, GARBAGE_FILE, None, 3, ""],
     "ortinput": [np.ones((2, 3), dtype=np.float32), np.ones(1, dtype=np.int64), "x"],
     "calibration": [[np.ones((2, 3), dtype=np.float32)], ["x"], [None]],
+    "samples": [None, 3, "x", [], torch.empty(0, 4)],  # LoadGen's samples: a non-empty sequence, not a string
     "exportable": [None, lambda x: x, _Untraceable()],  # not a module, or a module torch.export cannot capture
 }
 
@@ -389,6 +393,18 @@ def _cases():
             {"dtype": "dtype"},
         ),
         (onnxrt.session, (RELU_FILE,), {}, {"path": "onnxpath"}),
+        # LoadGen (notebook 14): arguments refused before a test starts
+        (
+            mlperf.run,
+            (LOADGEN_SUT, "SingleStream"),
+            {"min_duration": 0.05, "folder": _PROBE_DIR / "loadgen"},
+            {"scenario": "str", "min_duration": "posfloat", "min_queries": "posint", "samples_per_query": "posint"},
+        ),
+        (mlperf.run, (LOADGEN_SUT, "Server"), {"latency_bound": 0.1}, {"target_qps": "posfloat"}),
+        (mlperf.run, (LOADGEN_SUT, "Offline"), {}, {"expected_qps": "posfloat"}),
+        (mlperf.SUT, (lambda s: s, [1, 2]), {}, {"predict": "callable", "max_batch": "posint", "samples": "samples"}),
+        (processes.sizes, (2,), {}, {"cores": "posint"}),
+        (processes.Workers, (processes.digits_resnet_call, 1), {}, {"factory": "callable", "n": "posint"}),
         (
             onnxrt.export,
             (TINY, torch.ones(2, 4), "probe"),

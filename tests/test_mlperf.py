@@ -1,5 +1,6 @@
 """helpers.mlperf: LoadGen tests of a tiny model through the adapter, read back from LoadGen's own files."""
 
+import functools
 import time
 
 import numpy as np
@@ -105,3 +106,87 @@ def test_bad_arguments_get_one_line(sut, tmp_path):
     sut.close()
     with pytest.raises(TypeError, match="not closed"):
         mlperf.run(sut, "SingleStream", folder=tmp_path)
+
+
+def test_an_llm_is_served_with_token_latencies_and_its_greedy_tokens(tmp_path):
+    from helpers import llm, llm_serving
+
+    model = llm.GPT(llm.GPTConfig(vocab_size=256, dim=32, n_layer=1, n_head=2, max_seq_len=64)).eval()
+    corpus = torch.randint(0, 256, (500,), generator=torch.Generator().manual_seed(0))
+    requests = llm_serving.make_requests(corpus, rate=100, duration=0.2, prompt_len=(4, 12), new_len=(2, 6), seed=1)
+    with mlperf.LLMSUT(model, requests, slots=4, max_len=32) as sut:
+        summary = mlperf.run(
+            sut,
+            "Server",
+            target_qps=200,
+            ttft_bound=1.0,
+            tpot_bound=1.0,
+            min_duration=0.2,
+            min_queries=40,
+            folder=tmp_path,
+        )
+    assert summary.scenario == "Server" and summary.ttft and summary.tpot  # LoadGen measured both token latencies
+    assert 0 < summary.ttft["50.00"] <= summary.ttft["99.00"] and summary.tpot["50.00"] > 0
+    assert float(summary.fields["Completed tokens per second"]) > 0
+    assert sut.answers and sut.engine is not None
+    for index, tokens in sut.answers.items():  # what LoadGen was answered is the model's greedy decoding
+        r = requests[index]
+        alone, _ = llm.generate(model, torch.tensor([r.prompt]), r.max_new)
+        assert tokens == alone[0].tolist()
+
+
+def test_serve_live_takes_requests_while_it_runs_and_reports_first_and_last_tokens():
+    import queue
+    import threading
+
+    from helpers import llm, llm_serving
+
+    model = llm.GPT(llm.GPTConfig(vocab_size=256, dim=32, n_layer=1, n_head=2, max_seq_len=64)).eval()
+    inbox, firsts, dones, out = queue.Queue(), {}, {}, []
+    engine = threading.Thread(
+        target=lambda: out.append(
+            llm_serving.serve_live(
+                model, inbox, slots=2, max_len=32, on_first=firsts.__setitem__, on_done=dones.__setitem__
+            )
+        )
+    )
+    engine.start()
+    prompts = {f"r{i}": llm_serving.Request(i, 0.0, (1 + i, 2, 3), 3 + i) for i in range(5)}
+    for tag, request in prompts.items():  # more requests than slots, arriving while it runs
+        inbox.put((tag, request))
+        time.sleep(0.005)
+    inbox.put(None)
+    engine.join(timeout=30)
+    assert not engine.is_alive() and len(out[0].traces) == 5
+    for tag, request in prompts.items():
+        alone, _ = llm.generate(model, torch.tensor([request.prompt]), request.max_new)
+        assert dones[tag] == alone[0].tolist() and firsts[tag] == dones[tag][0]
+
+
+def test_threads_against_processes_in_rounds():
+    import functools
+
+    from helpers import processes
+
+    with processes.Workers(functools.partial(_sleeper, 0.002), 2) as workers:
+        cmp, latencies = processes.compare(workers, processes.sizes(2), window=0.05, rounds=3)
+    assert cmp.labels == list(processes.sizes(2)) and all(cmp[label].n == 3 for label in cmp.labels)
+    one, two = latencies["1 process × 2 threads"], latencies["2 processes × 1 thread"]
+    assert len(one) >= 3 and len(two) > len(one)  # two processes did about twice the calls of one
+    assert min(one) >= 0.002
+
+
+def _sleeper(seconds):  # a picklable factory: one "inference" sleeps
+    return functools.partial(time.sleep, seconds)
+
+
+def test_workers_that_cannot_start_say_so_in_one_line():
+    from helpers import processes
+
+    with pytest.raises(RuntimeError, match="did not start") as info:
+        processes.Workers(_broken_factory, 1)
+    assert "\n" not in str(info.value)
+
+
+def _broken_factory():
+    raise RuntimeError("no model here")
