@@ -423,6 +423,7 @@ def run(
     log = lg.LogSettings()
     log.log_output.outdir = str(out)
     log.log_output.copy_summary_to_stdout = False
+    log.enable_trace = False  # the trace (MBs per run) is for debugging; its logger thread would compete for cores
     sut.errors.clear()
     sut._run(lambda: lg.StartTestWithLogSettings(sut.sut, sut.qsl, settings, log), server=scenario == "Server")
     if sut.errors:
