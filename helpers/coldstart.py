@@ -33,7 +33,7 @@ import torch
 
 from .checks import check_int, check_number
 from .device import choose_device
-from .paths import atomic_path, ensure_dir, output_subdir
+from .paths import atomic_path, check_file_name, ensure_dir, output_subdir
 from .timing import Measurement
 
 RUNNER = Path(__file__).with_name("_replica.py")
@@ -72,6 +72,8 @@ class Cache:
 def empty_cache(name: str | None = None) -> Cache:
     """Two new, empty cache folders under ``<outputs>/coldstart/caches/`` (a unique name unless one is given;
     a given name that already holds files is refused)."""
+    if name is not None:
+        check_file_name("name", name)
     root = output_subdir("coldstart") / "caches" / (name or f"{time.strftime('%H%M%S')}-{uuid.uuid4().hex[:8]}")
     cache = Cache(ensure_dir(root / "inductor"), ensure_dir(root / "triton"))
     if cache.files():

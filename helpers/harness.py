@@ -35,10 +35,12 @@ def agreement(reference: torch.Tensor, output: torch.Tensor) -> dict[str, float]
     check_tensor("output", output, hint="pass the variant's logits on the same inputs")
     if reference.shape != output.shape:
         raise ValueError(f"shapes differ: reference {tuple(reference.shape)} vs output {tuple(output.shape)}.")
+    if reference.dim() < 2:
+        raise ValueError(f"logits must be (items, …, classes), got {tuple(reference.shape)}: agreement compares rows.")
     ref, out = reference.float().cpu(), output.float().cpu()
     for name, t in (("reference", ref), ("output", out)):
-        if bool(torch.isnan(t).any()):
-            raise ValueError(f"{name} holds NaN logits (a broken variant or input): agreement is undefined.")
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} holds NaN or infinite logits (a broken variant or input): no agreement.")
     return {
         "max_abs_diff": float((ref - out).abs().max()),
         "top1_agreement": float((ref.argmax(dim=-1) == out.argmax(dim=-1)).float().mean()),

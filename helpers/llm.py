@@ -384,11 +384,28 @@ class GPT(nn.Module):
         """Logits for every position of ``tokens`` (n × T) at positions ``pos``: ``(T,)`` shared by every row, or
         ``(n, T)`` one per row; with a static cache, ``slots`` (n,) names the cache rows the sequences use."""
         if not torch.compiler.is_compiling():  # eager calls only: nothing here reaches a compiled graph
+            self._check_inputs(tokens, pos)
             self._check_cache(pos)
         x = self.tok(tokens) + self.pos(pos)
         for block in self.blocks:
             x = block(x, pos, slots)
         return self.head(self.norm(x))
+
+    def _check_inputs(self, tokens: torch.Tensor, pos: torch.Tensor) -> None:
+        """Shapes and dtypes always (no device read); the values of ids and positions on the CPU only, where reading
+        them costs no sync (on a GPU an id out of range is a device-side assert: :func:`generate` checks its prompt)."""
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
+            raise ValueError("tokens must be an (n, T) tensor of token ids (dtype torch.long), e.g. encode(text).")
+        if not isinstance(pos, torch.Tensor) or pos.dtype != torch.long or pos.shape[-1:] != tokens.shape[-1:]:
+            raise ValueError(
+                f"pos must be a torch.long tensor of T = {tokens.shape[-1]} positions, (T,) or (n, T), one per token."
+            )
+        if tokens.device.type == "cpu" and tokens.numel():
+            cfg = self.config
+            if int(tokens.min()) < 0 or int(tokens.max()) >= cfg.vocab_size:
+                raise ValueError(f"token ids must be in 0…{cfg.vocab_size - 1}, this model's vocabulary.")
+            if int(pos.min()) < 0 or int(pos.max()) >= cfg.max_seq_len:
+                raise ValueError(f"positions must be in 0…{cfg.max_seq_len - 1}: the model's max_seq_len.")
 
     def _check_cache(self, pos: torch.Tensor) -> None:
         """One line instead of a bare error from deep inside the cache's update, for two mistakes: a static cache

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import queue
 import time
 from collections import deque
@@ -48,6 +49,15 @@ class Request:
     prompt: tuple[int, ...]
     max_new: int
 
+    def __post_init__(self) -> None:
+        check_number("arrival", self.arrival, minimum=0.0, hint="seconds from the run's start, finite and ≥ 0")
+        check_int("max_new", self.max_new, hint="every request asks for at least one token")
+        prompt = self.prompt
+        if isinstance(prompt, (str, bytes)) or not isinstance(prompt, (tuple, list)) or not prompt:
+            raise ValueError(f"request {self.id}: prompt must be a non-empty tuple of token ids, e.g. (72, 105).")
+        if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t >= 0 for t in prompt):
+            raise ValueError(f"request {self.id}: its prompt must hold token ids (integers ≥ 0).")
+
 
 @dataclass
 class Trace:
@@ -60,8 +70,8 @@ class Trace:
 
     @property
     def ttft(self) -> float:
-        """Time to first token: queueing + prefill (+ the first token's step)."""
-        return self.times[0] - self.request.arrival
+        """Time to first token: queueing + prefill (+ the first token's step); NaN before the first token."""
+        return self.times[0] - self.request.arrival if self.times else math.nan
 
     @property
     def tpot(self) -> float:
@@ -70,7 +80,7 @@ class Trace:
 
     @property
     def e2e(self) -> float:
-        return self.times[-1] - self.request.arrival
+        return self.times[-1] - self.request.arrival if self.times else math.nan
 
     @property
     def itl(self) -> list[float]:
@@ -80,6 +90,13 @@ class Trace:
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0–100) of the finite values, NaN when there are none."""
+    q = check_number("q", q, minimum=0.0, hint="a percentile between 0 and 100, e.g. 99")
+    if q > 100:
+        raise ValueError(f"q={q!r} is not allowed: q must be a percentile between 0 and 100, e.g. 99.")
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence | np.ndarray):
+        raise TypeError(f"values must be a list of seconds, got {type(values).__name__}.")
+    if not all(isinstance(v, numbers.Real) for v in values):
+        raise TypeError("values must be numbers (seconds); NaN marks one not measured.")
     finite = [v for v in values if math.isfinite(v)]
     return float(np.percentile(finite, q)) if finite else math.nan
 

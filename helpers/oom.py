@@ -168,6 +168,9 @@ def run_with_oom_backoff(
             batch = max(min_batch, size // 2)
             retries.append((size, batch))
             continue
+        if not isinstance(out, torch.Tensor) or out.dim() == 0 or len(out) != len(chunk):
+            got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"fn returned {got} for a chunk of {len(chunk)}: it must return one row per input.")
         outputs.append(out)
         start += len(chunk)
     return BackoffResult(torch.cat(outputs), batch, retries)

@@ -47,7 +47,11 @@ def ensure_dir(path: str | os.PathLike[str]) -> Path:
 
 
 def output_subdir(name: str) -> Path:
-    """``<outputs>/<name>``, created for writing (one-line error when it cannot be)."""
+    """``<outputs>/<name>``, created for writing (one-line error when it cannot be); ``name`` is a folder inside
+    the outputs folder (``"onnx"``, ``"shipping/replicas"``), never one outside it."""
+    parts = Path(name).parts if isinstance(name, str) else ()
+    if not parts or Path(name).is_absolute() or any(part.startswith(".") for part in parts):
+        raise ValueError(f"name={name!r}: pass a folder inside the outputs folder, e.g. 'onnx' or 'shipping/replicas'.")
     return ensure_dir(outputs_dir() / name)
 
 
@@ -56,9 +60,17 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
     temporary file beside it, flush it to disk, then rename it over the target (``os.replace`` is atomic)."""
     import tempfile
 
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str to write, got {type(text).__name__}.")
     path = Path(path)
     ensure_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise OutputsNotWritable(
+            f"cannot write a file in {path.parent} ({exc.strerror or type(exc).__name__}): pass a path in a folder "
+            "you can write, e.g. under COURSE_OUTPUTS."
+        ) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

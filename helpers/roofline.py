@@ -449,13 +449,21 @@ class Roofline:
         share = achieved_flops / peak
         return share if share <= 1.0 else None
 
+    def _bandwidth(self) -> float:
+        """The bandwidth, checked again where it is used (a field can be changed after the constructor)."""
+        bw = self.bandwidth
+        if isinstance(bw, bool) or not isinstance(bw, (int, float)) or bw <= 0 or bw == math.inf:  # NaN: unmeasured
+            raise ValueError(f"this roofline's bandwidth is {bw!r}: a measured bandwidth is a positive number.")
+        return bw
+
     def ridge_point(self, dtype: str = "fp32") -> float:
         """Arithmetic intensity (FLOP/byte) where memory-bound turns into compute-bound."""
-        return self._peak(dtype) / self.bandwidth
+        return self._peak(dtype) / self._bandwidth()
 
     def attainable(self, intensity: float, dtype: str = "fp32") -> float:
         """The roofline: the best FLOP/s a kernel of this intensity can reach here."""
-        return min(self._peak(dtype), intensity * self.bandwidth)
+        intensity = check_number("intensity", intensity, minimum=0.0, hint="FLOPs per byte moved, ≥ 0")
+        return min(self._peak(dtype), intensity * self._bandwidth())
 
     def place(self, flops: float, nbytes: float, seconds: float, dtype: str = "fp32") -> dict[str, Any]:
         """Where a measured workload sits: its intensity, achieved FLOP/s and bytes/s, the bound that applies,

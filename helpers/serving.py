@@ -64,6 +64,18 @@ class LoadRun:
     wall_seconds: float
     label: str = ""
 
+    def __post_init__(self) -> None:
+        """A run whose columns disagree, or whose answers come before their sends, cannot give latencies."""
+        check_number("rate", self.rate, positive=True, hint="the offered load in requests per second")
+        check_number("duration", self.duration, positive=True, hint="the run's length in seconds")
+        columns = {name: np.asarray(getattr(self, name), dtype=np.float64) for name in ("scheduled", "sent", "done")}
+        n = len(columns["scheduled"])
+        if any(c.ndim != 1 or len(c) != n for c in columns.values()) or len(self.status) != n or len(self.bodies) != n:
+            raise ValueError("a LoadRun needs one scheduled time, send time, completion, status and body per request.")
+        answered = np.isfinite(columns["done"]) & np.isfinite(columns["sent"])
+        if np.any(columns["done"][answered] < columns["sent"][answered]) or np.any(columns["sent"] < 0):
+            raise ValueError("a LoadRun's completions must come after their sends, at times ≥ 0 from the run's start.")
+
     @property
     def latency(self) -> np.ndarray:
         """Seconds from each request's *scheduled* send to its answer (queueing + service + transport)."""

@@ -175,6 +175,9 @@ class Measurement:
 
     # -- statistics ---------------------------------------------------------------------------------------
     def quantile(self, q: float) -> float:
+        """The ``q``-quantile (0–1) of the samples."""
+        if not isinstance(q, numbers.Real) or isinstance(q, bool) or not 0 <= q <= 1:
+            raise ValueError(f"q={q!r} is not allowed: q must be a quantile between 0 and 1, e.g. 0.99.")
         return float(np.quantile(np.asarray(self.samples, dtype=np.float64), q))
 
     @property

@@ -205,10 +205,27 @@ def _binomial_rank(n: int, confidence: float) -> int:
     return k
 
 
+def _nonnegative(name: str, values: Any, what: str) -> np.ndarray:
+    """``values`` as a 1-d float array of finite numbers ≥ 0 (empty allowed), or one line saying what to pass."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        array = None
+    if array is None or array.ndim != 1 or not np.all(np.isfinite(array)) or np.any(array < 0):
+        raise ValueError(f"{name} must be a list of {what}.")
+    return array
+
+
+def _check_confidence(confidence: float) -> None:
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
+        raise ValueError(f"confidence={confidence!r} is not allowed: pass a probability between 0 and 1, e.g. 0.95.")
+
+
 def paired_interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
     """Median of per-round ratios and its order-statistic (sign-test) interval: ``(median, low, high)``, with
     NaN bounds where ``len(ratios)`` is too small for ``confidence`` (fewer than 6 at 95 %)."""
-    r = np.sort(np.asarray(ratios, dtype=np.float64))
+    _check_confidence(confidence)
+    r = np.sort(_nonnegative("ratios", ratios, "per-round speed-ups: finite numbers ≥ 0"))
     k = _binomial_rank(len(r), confidence)
     median = float(np.median(r)) if len(r) else math.nan
     if k == 0:
@@ -264,6 +281,10 @@ def independent_interval(
     """Speed-up of independent samples and its interval: ``(ratio, low, high)`` (NaN bounds where the samples
     are too few for ``confidence``). Hodges–Lehmann with the Mann–Whitney interval on log times; a bootstrap of
     the ratio of medians above ``_MAX_PAIRS`` pairs."""
+    _check_confidence(confidence)
+    check_int("resamples", resamples, 100, hint="2000 is plenty.")
+    baseline = _nonnegative("baseline", baseline, "times in seconds: finite and ≥ 0")
+    candidate = _nonnegative("candidate", candidate, "times in seconds: finite and ≥ 0")
     n, m = len(baseline), len(candidate)
     if n * m > _MAX_PAIRS:
         rng = np.random.default_rng(seed)

@@ -34,6 +34,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: its shared command-line types
+from cli_types import positive_int  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -43,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mode", choices=("quick", "full"), default="full")
     parser.add_argument("--notebooks", type=Path, default=REPO / "notebooks", help="folder of *.ipynb to run")
     parser.add_argument("--only", nargs="*", default=None, help="run only notebooks whose name starts so")
-    parser.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
+    parser.add_argument("--timeout", type=positive_int, default=1800, help="seconds allowed per cell")
     parser.add_argument("--work", type=Path, default=None, help="folder for work files (default OUT/work)")
     parser.add_argument("--executor", choices=("auto", "kernel", "plain"), default="auto")
     return parser.parse_args(argv)

@@ -21,7 +21,9 @@ import argparse
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: its shared command-line types
 import torch
+from cli_types import positive_int  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from helpers.data import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
@@ -31,9 +33,13 @@ from helpers.models import torchvision_model  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=3, help="requests recorded after the warm-up (default 3)")
-    parser.add_argument("--batch", type=int, default=16, help="frames per request (default 16)")
-    parser.add_argument("--image", type=int, default=160, help="frame side in pixels (default 160, as notebook 08)")
+    parser.add_argument(
+        "--requests", type=positive_int, default=3, help="requests recorded after the warm-up (default 3)"
+    )
+    parser.add_argument("--batch", type=positive_int, default=16, help="frames per request (default 16)")
+    parser.add_argument(
+        "--image", type=positive_int, default=160, help="frame side in pixels (default 160, as notebook 08)"
+    )
     args = parser.parse_args(argv)
     if min(args.requests, args.batch, args.image) < 1:
         parser.error("--requests, --batch and --image must be at least 1")

@@ -23,6 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: its shared command-line types
+from cli_types import positive_int  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
     parser.add_argument("--html", action="store_true", help="write an HTML handout instead of a notebook")
     parser.add_argument("--with-solutions", action="store_true", help="keep the solution cells in the HTML")
-    parser.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
+    parser.add_argument("--timeout", type=positive_int, default=1800, help="seconds allowed per cell")
     args = parser.parse_args(argv)
     if not args.notebook.is_file():
         print(f"{args.notebook}: no such notebook (pass the path of an .ipynb file)", file=sys.stderr)

@@ -26,6 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: its shared command-line types
+from cli_types import positive_int  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
@@ -48,7 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", nargs="*", default=None, help="notebooks whose name starts so (e.g. 00 02)")
     parser.add_argument("--write", action="store_true", help="store the figures in data/reference/<machine>.env.json")
     parser.add_argument("--out", type=Path, default=None, help="keep the executed notebooks here (default: a temp dir)")
-    parser.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
+    parser.add_argument("--timeout", type=positive_int, default=1800, help="seconds allowed per cell")
     parser.add_argument(
         "--executor",
         choices=("auto", "kernel", "plain"),

@@ -20,6 +20,9 @@ import argparse
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: its shared command-line types
+from cli_types import positive_float, positive_int  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
@@ -29,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     import helpers
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--budget", type=float, default=0.6, help="seconds per comparison")
+    parser.add_argument("--runs", type=positive_int, default=50)
+    parser.add_argument("--budget", type=positive_float, default=0.6, help="seconds per comparison")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     b = torch.randn(256, 256)

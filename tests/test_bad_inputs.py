@@ -22,18 +22,21 @@ import torch
 
 from helpers import (
     batching,
+    coldstart,
     data,
     device,
     doctor,
     energy,
     harness,
     llm,
+    llm_serving,
     memory,
     mlperf,
     models,
     onnxrt,
     oom,
     opcount,
+    paths,
     pipeline,
     plotting,
     processes,
@@ -42,7 +45,15 @@ from helpers import (
     timing,
 )
 from helpers.timing import Measurement
-from helpers.verdict import compare, noise_note, sweep_warning, verdict, winner
+from helpers.verdict import (
+    compare,
+    independent_interval,
+    noise_note,
+    paired_interval,
+    sweep_warning,
+    verdict,
+    winner,
+)
 
 HELPERS = str(Path(__file__).resolve().parents[1] / "helpers")
 NAN, INF = float("nan"), float("inf")
@@ -70,6 +81,7 @@ def _relu_model():
 
 
 RELU = _relu_model()
+TINY_GPT = llm.GPT(llm.GPTConfig(vocab_size=16, dim=8, n_layer=1, n_head=2, max_seq_len=8)).eval()
 LOADGEN_SUT = mlperf.SUT(lambda samples: [0] * len(samples), [1, 2, 3])
 
 
@@ -139,6 +151,23 @@ BAD = {
     "ortinput": [np.ones((2, 3), dtype=np.float32), np.ones(1, dtype=np.int64), "x"],
     "calibration": [[np.ones((2, 3), dtype=np.float32)], ["x"], [None]],
     "samples": [None, 3, "x", [], torch.empty(0, 4)],  # LoadGen's samples: a non-empty sequence, not a string
+    # the 2026-12-04 independent probe's classes (helper contracts: a request, a percentile, an interval, a path)
+    "prompt": [(), "ab", (1.5,), (-1,), None, [True]],
+    "percent": [None, -1, 101, NAN, "50", True],
+    "percentvalues": [None, ["a"], 4, "ab"],
+    "ratios": [None, [NAN], [-1.0], "ab", [[1.0]]],
+    "times": [None, np.array([NAN] * 6), np.array([-1.0] * 6), "ab"],
+    "prob": [0, 1, 1.5, NAN, True, "x"],
+    "subdir": ["../x", "", "/etc", ".hidden", None, 3, "a/../../x"],
+    "unwritable": ["/proc/probe-write.txt"],
+    "text": [None, b"x", 3],
+    "gpttokens": [
+        torch.full((1, 3), 999),
+        torch.full((1, 3), -1),
+        torch.ones(3, dtype=torch.long),
+        torch.ones(1, 3),
+    ],
+    "gptpos": [torch.arange(2), torch.tensor([0, 1, 999]), torch.tensor([-1, 0, 1]), torch.arange(3).float()],
     "exportable": [None, lambda x: x, _Untraceable()],  # not a module, or a module torch.export cannot capture
 }
 
@@ -393,6 +422,32 @@ def _cases():
             {"dtype": "dtype"},
         ),
         (onnxrt.session, (RELU_FILE,), {}, {"path": "onnxpath"}),
+        # the 2026-12-04 probe: requests, percentiles and intervals, paths, the decoder's inputs
+        (
+            llm_serving.Request,
+            (0, 0.0, (1, 2), 3),
+            {},
+            {"arrival": "nonneg", "max_new": "posint", "prompt": "prompt"},
+        ),
+        (llm_serving.percentile, ([0.1, 0.2], 50), {}, {"values": "percentvalues", "q": "percent"}),
+        (M.quantile, (0.5,), {}, {"q": "fraction"}),
+        (paired_interval, ([1.0] * 6,), {}, {"ratios": "ratios", "confidence": "prob"}),
+        (
+            independent_interval,
+            (np.ones(6), np.ones(6)),
+            {},
+            {"baseline": "times", "candidate": "times", "confidence": "prob", "resamples": "posint"},
+        ),
+        (_rf().attainable, (1.0,), {}, {"intensity": "nonneg"}),
+        (paths.output_subdir, ("probe",), {}, {"name": "subdir"}),
+        (paths.write_atomic, (_PROBE_DIR / "w.txt", "t"), {}, {"path": "unwritable", "text": "text"}),
+        (coldstart.empty_cache, (), {}, {"name": "filename?"}),
+        (
+            TINY_GPT.forward,
+            (torch.ones(1, 3, dtype=torch.long), torch.arange(3)),
+            {},
+            {"tokens": "gpttokens", "pos": "gptpos"},
+        ),
         # LoadGen (notebook 14): arguments refused before a test starts
         (
             mlperf.run,
@@ -605,3 +660,26 @@ def test_the_stderr_filter_keeps_the_last_words_of_a_process_killed_at_once():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3
     assert "fatal: last words" in done.stderr and "profiler_start" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "script, args",
+    [
+        ("verdict_rates.py", ["--runs", "-1"]),
+        ("verdict_rates.py", ["--budget", "nan"]),
+        ("run_notebook.py", ["x.ipynb", "--timeout", "0"]),
+        ("runtimes.py", ["--timeout", "-5"]),
+    ],
+)
+def test_scripts_refuse_a_bad_number_with_a_usage_line(script, args):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "error: argument" in proc.stderr.strip().splitlines()[-1]

@@ -106,7 +106,7 @@ def test_a_row_with_a_nan_criterion_is_never_optimal_and_dominates_nothing():
         {"median_s": 2.0, "size_bytes": 5, "accuracy": 0.95},
     ]
     assert harness.pareto_front(rows) == [True, False, True]
-    with pytest.raises(ValueError, match="NaN logits"):
+    with pytest.raises(ValueError, match="NaN or infinite logits"):
         harness.agreement(torch.ones(2, 3), torch.full((2, 3), float("nan")))
     with pytest.raises(ValueError, match="one row per image"):
         harness.predict(lambda x: x[:1], torch.ones(4, 2), batch_size=2)

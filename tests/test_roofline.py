@@ -318,3 +318,13 @@ def test_compute_roofs_are_capped_at_a_known_gpus_datasheet():
     assert rf.peak_flops == {"fp32": 67e12, "bf16": 700e12} and len(lines) == 1 and "conv 3×3" in lines[0]
     assert "datasheet" in rf.table().columns
     assert rl.cap_at_datasheet(synthetic(), None) == []
+
+
+def test_a_bandwidth_changed_after_construction_is_checked_where_it_is_used():
+    rf = rl.Roofline(
+        device="cpu", machine_id="t", peak_flops={"fp32": 1e11}, bandwidth=1e10, dispatch_latency=5e-6
+    )
+    rf.bandwidth = 0.0
+    for call in (rf.ridge_point, lambda: rf.attainable(1.0)):
+        with pytest.raises(ValueError, match="positive number"):
+            call()

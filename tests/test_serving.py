@@ -299,3 +299,13 @@ def test_latencies_of_all_count_every_request_sent():
     assert serving.latencies_of_all(run, 2.0) == [pytest.approx(0.05), 2.0, 2.0]
     with pytest.raises(ValueError, match="time-out"):
         serving.latencies_of_all(run, 0)
+
+
+def test_a_load_run_whose_columns_disagree_is_refused():
+    good = _run([200, 200], [0.01, 0.02])
+    with pytest.raises(ValueError, match="one scheduled time"):
+        serving.LoadRun(**{**good.__dict__, "done": good.done[:1]})
+    with pytest.raises(ValueError, match="after their sends"):
+        serving.LoadRun(**{**good.__dict__, "done": good.sent - 0.5})
+    with pytest.raises(ValueError, match="rate"):
+        serving.LoadRun(**{**good.__dict__, "rate": -1.0})
