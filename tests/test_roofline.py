@@ -321,9 +321,7 @@ def test_compute_roofs_are_capped_at_a_known_gpus_datasheet():
 
 
 def test_a_bandwidth_changed_after_construction_is_checked_where_it_is_used():
-    rf = rl.Roofline(
-        device="cpu", machine_id="t", peak_flops={"fp32": 1e11}, bandwidth=1e10, dispatch_latency=5e-6
-    )
+    rf = rl.Roofline(device="cpu", machine_id="t", peak_flops={"fp32": 1e11}, bandwidth=1e10, dispatch_latency=5e-6)
     rf.bandwidth = 0.0
     for call in (rf.ridge_point, lambda: rf.attainable(1.0)):
         with pytest.raises(ValueError, match="positive number"):
