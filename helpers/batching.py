@@ -184,6 +184,7 @@ def latency_model(batches: Sequence[int], seconds: Sequence[float]) -> Callable[
     s = np.asarray(seconds, dtype=float)
 
     def service(n: int) -> float:
+        check_int("batch", n, hint="a batch holds at least one request")
         if n <= b[-1]:
             return float(np.interp(n, b, s))
         return float(s[-1] * n / b[-1])

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .checks import check_int, check_number
+from .checks import check_instance, check_int, check_number
 from .device import choose_device
 from .paths import atomic_path, check_file_name, ensure_dir, output_subdir
 from .timing import Measurement
@@ -258,6 +258,10 @@ def table(rows: Sequence[ColdStart], sizes: Mapping[str, float] | None = None) -
 
     from .timing import format_seconds
 
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
+        raise ValueError("rows must be a non-empty list of ColdStart results (what coldstart.launches returns).")
+    for row in rows:
+        check_instance("a row", row, ColdStart, hint="pass what coldstart.launches returns")
     out = []
     for row in rows:
         out.append(

@@ -162,8 +162,11 @@ def read_photo(path: str | Path) -> torch.Tensor:
         verify_shipped(path, DATA_DIR)  # a shipped photo is checked; a learner's own is read as it is
     elif not path.is_file():
         raise FileNotFoundError(f"path={str(path)!r} is not an image file: pass the path of a JPEG or PNG.")
-    with Image.open(path) as image:
-        return pil_to_tensor(image.convert("RGB"))
+    try:
+        with Image.open(path) as image:
+            return pil_to_tensor(image.convert("RGB"))
+    except (OSError, SyntaxError, ValueError) as exc:  # Pillow: UnidentifiedImageError, "image file is truncated"
+        raise ValueError(f"{path.name} is not a readable image ({exc}): pass the path of a whole JPEG or PNG.") from exc
 
 
 def photo_transform(size: int = 224, normalize: bool = True):  # -> torchvision.transforms.v2.Compose

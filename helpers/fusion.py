@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .checks import check_callable, check_int
+from .checks import check_callable, check_instance, check_int
 from .device import DeviceLike, choose_device, sync
 from .profiling import quiet_profile
 
@@ -204,6 +204,8 @@ def extern_calls(code: str) -> list[str]:
 
 def kernel_excerpt(code: str, max_lines: int = 30) -> str:
     """The first generated kernel's body, without the includes/imports and decorators around it."""
+    check_instance("code", code, str, hint="pass the generated code, e.g. helpers.fusion.generated_code(fn, x)")
+    check_int("max_lines", max_lines, hint="how many lines of the kernel to show, e.g. 30")
     match = _KERNEL_DEF.search(code)
     if not match:
         return "(no generated kernel: the compiled code only calls library kernels)"

@@ -122,6 +122,8 @@ class StaticKVCache(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        for name, value in (("batch", batch), ("n_head", n_head), ("max_len", max_len), ("head_dim", head_dim)):
+            check_int(name, value, hint="a KV cache's sizes are positive integers")
         shape = (batch, n_head, max_len, head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
@@ -206,6 +208,7 @@ class BlockTable:
 
     def reserve(self, seq: object, length: int) -> None:
         """Give ``seq`` blocks for its first ``length`` positions (allocates only the missing ones)."""
+        check_int("length", length, hint="how many positions the sequence needs")
         owned = self.blocks.setdefault(seq, [])
         need = -(-length // self.block_size) - len(owned)
         if need > len(self.free):
@@ -356,6 +359,7 @@ class GPT(nn.Module):
 
     def __init__(self, config: GPTConfig, seed: int = 0) -> None:
         super().__init__()
+        check_instance("config", config, GPTConfig, hint="pass a helpers.llm.GPTConfig, e.g. GPTConfig(n_layer=2)")
         self.config = config
         self.tok = nn.Embedding(config.vocab_size, config.dim)
         self.pos = nn.Embedding(config.max_seq_len, config.dim)
@@ -767,12 +771,20 @@ def encode(text: str, device: torch.device | str | None = None) -> torch.Tensor:
     """Text → the trained models' tokens: its UTF-8 bytes (ids 0…255), as a ``1 × n`` tensor."""
     if not isinstance(text, str):
         raise ValueError(f"encode takes a str, not {type(text).__name__}: pass the text of the prompt.")
+    if not text:
+        raise ValueError("encode got an empty text: a prompt needs at least one character.")
     return torch.tensor([list(text.encode("utf-8"))], dtype=torch.long, device=device)
 
 
 def decode(ids: torch.Tensor | Sequence[int]) -> str:
     """Tokens (bytes) → text; a byte sequence that is not valid UTF-8 shows as U+FFFD."""
+    if isinstance(ids, torch.Tensor) and (ids.dtype.is_floating_point or ids.dtype == torch.bool):
+        raise ValueError(f"ids must be integer token ids, got a {ids.dtype} tensor.")
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, (torch.Tensor, Sequence)):
+        raise TypeError(f"ids must be a tensor or list of byte token ids, got {type(ids).__name__}.")
     values = ids.flatten().tolist() if isinstance(ids, torch.Tensor) else list(ids)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 256 for v in values):
+        raise ValueError("ids must be byte token ids (integers 0…255): this course's models read bytes as tokens.")
     return bytes(values).decode("utf-8", errors="replace")
 
 

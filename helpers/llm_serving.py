@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .checks import check_choice, check_instance, check_int, check_number
+from .checks import check_callable, check_choice, check_instance, check_int, check_number
 from .llm import GPT, decode_step
 from .serving import poisson_arrivals
 
@@ -145,6 +145,9 @@ def make_requests(
     """Poisson arrivals at ``rate`` requests/s over ``duration`` s; prompt and output lengths log-uniform in the
     given ranges (many short, a few long, as in real traffic); each prompt a window of ``corpus`` (token ids)."""
     check_instance("corpus", corpus, torch.Tensor, hint="pass token ids, e.g. helpers.data.load_corpus('test')")
+    for name, pair in (("prompt_len", prompt_len), ("new_len", new_len)):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"{name}={pair!r}: pass (shortest, longest), e.g. (16, 128).")
     for name, (lo, hi) in (("prompt_len", prompt_len), ("new_len", new_len)):
         check_int(f"{name}[0]", lo, hint="lengths are positive token counts")
         check_int(f"{name}[1]", hi, minimum=lo, hint="give (shortest, longest)")
@@ -218,6 +221,7 @@ def serve(
     if longest > max_len:
         raise ValueError(f"a request needs {longest} positions; a slot holds {max_len}: raise max_len or shorten it.")
     step = decode_step if step is None else step
+    check_callable("step", step, hint="pass a decode step like helpers.llm.decode_step (or a compiled one)")
     with torch.inference_mode():
         return _Engine(model, requests, policy, slots, chunk, step, max_wait, clock, max_len).run()
 

@@ -211,8 +211,13 @@ def torchvision_model(name: str = "resnet18", device: DeviceLike = None, **kwarg
     available = torchvision.models.list_models(module=torchvision.models)
     if name not in available:
         raise ValueError(f"unknown torchvision model {name!r}; try one of: resnet18, resnet50, mobilenet_v3_small.")
+    if "num_classes" in kwargs:
+        check_int("num_classes", kwargs["num_classes"], minimum=2, hint="a classifier needs at least 2 classes")
     torch.manual_seed(0)
-    model = torchvision.models.get_model(name, weights=None, **kwargs)
+    try:
+        model = torchvision.models.get_model(name, weights=None, **kwargs)
+    except TypeError as exc:  # an argument the architecture does not take
+        raise TypeError(f"torchvision's {name} does not take {sorted(kwargs)} ({exc}).") from None
     return model.eval().to(choose_device(device))
 
 

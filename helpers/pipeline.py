@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .checks import check_int
+from .checks import check_int, check_number
 from .device import DeviceLike, choose_device
 
 _END = object()
@@ -191,6 +191,7 @@ def wait_for_children(exclude: Iterable[int] = (), timeout: float = 10.0) -> lis
     DataLoader workers after their loader is deleted; returns those still alive (empty: all gone)."""
     import time
 
+    check_number("timeout", timeout, minimum=0.0, hint="seconds to wait, e.g. 10")
     deadline = time.perf_counter() + timeout
     while (alive := child_processes(exclude)) and time.perf_counter() < deadline:
         time.sleep(0.05)

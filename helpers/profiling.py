@@ -96,8 +96,23 @@ def record_trace(
     return prof, path
 
 
+#: the columns :func:`load_trace` gives a trace; every reader below needs them
+TRACE_COLUMNS = ("name", "cat", "ts", "dur", "end", "tid", "args")
+
+
+def _trace(df: Any, *needed: str, name: str = "df") -> Any:
+    """``df`` if it is a trace table with the ``needed`` columns (:func:`load_trace` gives them all), else one line
+    saying what to pass."""
+    import pandas as pd
+
+    if not isinstance(df, pd.DataFrame) or not set(needed) <= set(df.columns):
+        raise ValueError(f"{name} must be a trace table from profiling.load_trace(path) (columns {TRACE_COLUMNS}).")
+    return df
+
+
 def noncontiguous_inputs(df: Any, op: str) -> int:
     """How many calls of ``op`` got a first input that is not contiguous (needs ``record_shapes=True``)."""
+    df = _trace(df, "name", "args")
     import torch
 
     count = 0
@@ -114,9 +129,16 @@ def load_trace(path: str | os.PathLike[str]) -> Any:
     """A Chrome trace as a DataFrame of complete events: name, cat, ts, dur (µs), end, tid, args."""
     import pandas as pd
 
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    events = [e for e in data.get("traceEvents", []) if e.get("ph") == "X"]
+    if not isinstance(path, (str, os.PathLike)) or not Path(path).is_file():
+        raise FileNotFoundError(f"no trace at {path!r}: pass the path record_trace returned (a .json file).")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{Path(path).name} is not a whole Chrome trace ({exc}): record it again.") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{Path(path).name} is JSON but not a Chrome trace (no traceEvents): record it again.")
+    events = [e for e in data.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
     if not events:
         raise ValueError(f"{path} has no complete events: was anything recorded while the profiler was active?")
     df = pd.DataFrame(
@@ -136,6 +158,7 @@ def load_trace(path: str | os.PathLike[str]) -> Any:
 def within(df: Any, label: str, cat: str = "user_annotation") -> Any:
     """The events that ran inside the ``record_function(label)`` ranges (the label's rows excluded); with
     ``cat="cpu_op"``, inside every call of the op named ``label`` (what an op ran on its own behalf)."""
+    df = _trace(df, "cat", "name", "ts", "end")
     own = (df["cat"] == cat) & (df["name"] == label)
     ranges = df[own][["ts", "end"]].to_numpy()
     if len(ranges) == 0:
@@ -168,12 +191,14 @@ def conv_backends(df: Any) -> Any:
     """Calls and time (µs) per convolution backend op in a trace: e.g. ``aten::_slow_conv2d_forward`` (ATen's
     native path, which it picks for an fp32 batch-1 convolution with a kernel of 3×3 or less and an input of at
     most 20,480 elements) against ``aten::mkldnn_convolution`` (oneDNN)."""
+    df = _trace(df, "name", "dur")
     ops = df[df["name"].isin(CONV_BACKENDS)]
     return ops.groupby("name")["dur"].agg(["count", "sum"]).rename(columns={"sum": "total µs"})
 
 
 def top_ops(df: Any, n: int = 10) -> Any:
     """CPU ops by total time (inclusive, µs), with their call counts."""
+    df = _trace(df, "cat", "name", "dur")
     ops = df[df["cat"] == "cpu_op"]
     table = ops.groupby("name")["dur"].agg(["count", "sum"]).rename(columns={"sum": "total µs"})
     return table.sort_values("total µs", ascending=False).head(n)
@@ -181,16 +206,19 @@ def top_ops(df: Any, n: int = 10) -> Any:
 
 def sync_calls(df: Any) -> Any:
     """The events that read a value back to Python or make the CPU wait for the GPU (see SYNC_OPS)."""
+    df = _trace(df, "name")
     return df[df["name"].isin(SYNC_OPS)]
 
 
 def read_backs(df: Any) -> int:
     """How many values were read back to Python (one per .item(), bool(tensor), …)."""
+    df = _trace(df, "name")
     return int((df["name"] == READ_BACK).sum())
 
 
 def device_gaps(df: Any, min_gap_us: float = 1.0) -> Any:
     """Idle gaps on the GPU between consecutive kernels/copies (µs): a pandas Series, empty without a GPU."""
+    df = _trace(df, "cat", "ts", "end")
     import pandas as pd
 
     work = df[df["cat"].isin(["kernel", "gpu_memcpy", "gpu_memset"])].sort_values("ts")
@@ -206,6 +234,8 @@ def kernel_time(df: Any, ops: Any) -> float:
     :func:`load_trace`, e.g. every ``aten::conv2d``): each launch (a ``cuda_runtime``/``cuda_driver`` event inside an
     op's range, on its thread) is matched to its kernel by the trace's ``correlation`` id. On a GPU this, not the
     ops' own (CPU) duration, is what the device spent on them: the CPU side is only the launch. 0.0 on a CPU trace."""
+    df = _trace(df, "cat", "ts", "end", "tid", "args")
+    ops = _trace(ops, "ts", "end", "tid", name="ops")
     import numpy as np
 
     launches = df[df["cat"].isin(["cuda_runtime", "cuda_driver"])]
@@ -221,6 +251,7 @@ def kernel_time(df: Any, ops: Any) -> float:
 
 def input_types(df: Any, op: str) -> set[str]:
     """The input dtypes recorded for ``op`` (needs ``record_shapes=True``), e.g. {'float', 'c10::BFloat16'}."""
+    df = _trace(df, "name", "args")
     types: set[str] = set()
     for args in df[df["name"] == op]["args"]:
         types.update(t for t in args.get("Input type", []) if t)

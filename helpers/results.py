@@ -114,7 +114,12 @@ def make_record(
         "measurement": measurement.to_dict() if measurement is not None else None,
         "extra": dict(extra or {}),
     }
-    return _clean(record)
+    record = _clean(record)
+    try:  # refused here, in one line, not when a later write or read meets it
+        json.dumps(record, allow_nan=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"this record cannot be stored as JSON ({exc}): pass numbers and strings in extra.") from None
+    return record
 
 
 #: Seconds a writer waits for another writer's lock on a results file (an append takes milliseconds).
@@ -339,6 +344,8 @@ def load_reference(
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise ValueError(f"{name}={value!r}: pass a non-empty string to filter by, or None for all.")
     folder = Path(reference_dir) if reference_dir is not None else REFERENCE_DIR
+    if reference_dir is not None and not folder.is_dir():
+        raise FileNotFoundError(f"reference_dir={str(folder)!r} is not a folder: pass the folder of *.jsonl results.")
     frames = []
     for file in sorted(folder.glob("*.jsonl")):
         frame = to_frame(read_records(file))

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from .checks import check_choice, check_instance, check_int, check_number
+from .checks import check_choice, check_instance, check_int, check_ints, check_number
 from .device import DeviceLike, _slug, choose_device, cpu_features, last_level_cache_bytes, machine_id
 from .fp32 import FLAGS, exact_fp32, fp32_flags, set_fp32_flags
 from .modes import course_mode, pick
@@ -185,6 +185,8 @@ def matmul_roof(
     check_choice("dtype", dtype, sorted(_DTYPES), "pick one of those names.")
     dev = choose_device(device)
     budget = pick(0.5, 1.5) if budget is None else check_number("budget", budget, positive=True)
+    if sizes is not None:
+        check_ints("sizes", sizes, hint="square matmul sizes to probe, e.g. [256, 512, 1024]")
     sizes = list(sizes or default_sizes(dev))
     for n in sizes:
         check_int("size", n, 1, hint="pass positive matrix sizes, e.g. [256, 512, 1024].")
@@ -708,6 +710,10 @@ def datasheet(machine: str) -> dict[str, float] | None:
 def cap_at_datasheet(rf: Roofline, peaks: dict[str, float] | None) -> list[str]:
     """Cap each compute roof of ``rf`` above its datasheet peak at that peak (in place) and return one line per
     cap; ``rf.choices`` records it. Nothing happens without ``peaks``."""
+    check_instance("rf", rf, Roofline, hint="pass a measured roofline")
+    for name, limit in (peaks or {}).items():
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < math.inf:
+            raise ValueError(f"peaks[{name!r}]={limit!r}: a datasheet peak is a positive number of FLOP/s.")
     lines = []
     for name, value in list(rf.peak_flops.items()):
         limit = (peaks or {}).get(name)
@@ -786,7 +792,7 @@ def measure_roofline(device: DeviceLike = None, dtypes: list[str] | None = None,
 def _dtype_list(dtypes: Any, dev: torch.device) -> list[str]:
     if dtypes is None:
         return default_dtypes(dev)
-    if isinstance(dtypes, str) or not all(isinstance(d, str) for d in dtypes):
+    if isinstance(dtypes, str) or not dtypes or not all(isinstance(d, str) for d in dtypes):
         raise ValueError(f"dtypes={dtypes!r} is not allowed: pass a list of names such as ['fp32', 'bf16'].")
     for name in dtypes:
         check_choice("dtype", name, sorted(_DTYPES), "pick dtype names such as 'fp32', 'bf16', 'int8'.")
@@ -902,6 +908,12 @@ def choose_roof(
     disagrees beyond their spread (then the machine is not what it was, and the new one replaces it); of two
     noisy ones, the better value (a higher bandwidth or FLOP/s, a lower latency: ``higher_is_better=False``),
     since other programs only ever slow a measurement down."""
+    for name, value in (("old", old), ("new", new)):  # NaN: not measured; a negative limit is a bug
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{name}={value!r}: a measured limit is a number ≥ 0, or NaN when not measured.")
+    for name, value in (("old_spread", old_spread), ("new_spread", new_spread)):
+        if value is not None and (not isinstance(value, (int, float)) or value < 0):
+            raise ValueError(f"{name}={value!r}: a spread is a relative IQR ≥ 0, or None.")
     if not math.isfinite(new):
         return False, "nothing new was measured"
     if not math.isfinite(old):

@@ -227,6 +227,8 @@ def predicted(
     batch settings and its measured per-batch compute times (``service``): p50/p99 (ms) it predicts."""
     from .batching import simulate_server
 
+    if n_requests is not None:
+        check_int("n_requests", n_requests, hint="requests to simulate, or None for the run's own count")
     n = n_requests or max(len(run.status), 200)
     sim = simulate_server(run.rate, max_batch, timeout, service, n_requests=n, seed=seed)
     steady = sim.latencies[len(sim.latencies) // 10 :]

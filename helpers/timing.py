@@ -142,6 +142,10 @@ class Measurement:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if isinstance(self.samples, (str, bytes)) or not isinstance(self.samples, (tuple, list)):
+            raise TypeError(f"samples must be a tuple of seconds per call, got {type(self.samples).__name__}.")
+        if not all(isinstance(s, numbers.Real) and not isinstance(s, bool) for s in self.samples):
+            raise TypeError("samples must be numbers: seconds per call.")
         if len(self.samples) == 0:
             raise ValueError("a Measurement needs at least one sample; time the workload at least once.")
         if any(not math.isfinite(s) or s < 0 for s in self.samples):
@@ -522,6 +526,12 @@ def plan(
     rounds of every candidate would not fit: each candidate gets an equal share of a round. ``rounds`` is how
     many rounds fit at those counts (it may be below ``min_rounds`` when one call is too slow: the
     caller decides whether to stop there or to take the time the minimum needs)."""
+    check_numbers("estimates", estimates, minimum=0.0, hint="each candidate's seconds per call, from warm-up")
+    if isinstance(remaining, bool) or not isinstance(remaining, (int, float)) or not remaining >= 0:
+        raise ValueError(f"remaining={remaining!r}: pass the seconds of budget left (≥ 0), or math.inf for none.")
+    check_int("min_rounds", min_rounds, hint="rounds every candidate needs, e.g. 6")
+    if number is not None:
+        check_int("number", number, hint="calls per sample, or None to size it from min_sample_time")
     share = remaining / (min_rounds * len(estimates))  # seconds each candidate may spend on one sample
     numbers = []
     for estimate in estimates:

@@ -39,6 +39,7 @@ checks the same rates on synthetic samples.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -612,5 +613,8 @@ def time_together(
     ``warmup``, ``repeats``, ``min_sample_time``, ``budget``, ``items``, ``inference_mode``, ``setup``."""
     if isinstance(candidates, Mapping) and baseline is not None and baseline not in candidates:
         raise ValueError(f"baseline {baseline!r} is not one of the candidates {list(candidates)}.")
+    known = set(inspect.signature(interleaved).parameters) - {"candidates"}
+    if unknown := sorted(set(options) - known):
+        raise TypeError(f"time_together got {unknown}: its options are interleaved's, {sorted(known)}.")
     measured = interleaved(candidates, **options)
     return Comparison(measurements=measured, baseline=baseline if baseline is not None else next(iter(measured)))

@@ -27,6 +27,7 @@ from helpers import (
     device,
     doctor,
     energy,
+    fusion,
     harness,
     llm,
     llm_serving,
@@ -40,6 +41,7 @@ from helpers import (
     pipeline,
     plotting,
     processes,
+    profiling,
     results,
     roofline,
     timing,
@@ -69,6 +71,12 @@ EMPTY_FILE = _PROBE_DIR / "empty.onnx"
 EMPTY_FILE.write_bytes(b"")
 GARBAGE_FILE = _PROBE_DIR / "garbage.onnx"
 GARBAGE_FILE.write_bytes(b"not a model at all, and certainly no protobuf")
+TRUNCATED_JPEG = _PROBE_DIR / "truncated.jpg"
+TRUNCATED_JPEG.write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 20)
+TEXT_FILE = _PROBE_DIR / "notes.txt"
+TEXT_FILE.write_text("not an image, not a trace")
+JSON_LIST = _PROBE_DIR / "list.json"
+JSON_LIST.write_text("[1, 2, 3]")
 RELU_FILE = _PROBE_DIR / "relu.onnx"  # a one-op model (x: float[1] -> relu)
 
 
@@ -81,6 +89,9 @@ def _relu_model():
 
 
 RELU = _relu_model()
+TRACE_DF = __import__("pandas").DataFrame(
+    {"name": ["aten::mm"], "cat": ["cpu_op"], "ts": [0.0], "dur": [1.0], "end": [1.0], "tid": [1], "args": [{}]}
+)
 TINY_GPT = llm.GPT(llm.GPTConfig(vocab_size=16, dim=8, n_layer=1, n_head=2, max_seq_len=8)).eval()
 LOADGEN_SUT = mlperf.SUT(lambda samples: [0] * len(samples), [1, 2, 3])
 
@@ -168,6 +179,22 @@ BAD = {
         torch.ones(1, 3),
     ],
     "gptpos": [torch.arange(2), torch.tensor([0, 1, 999]), torch.tensor([-1, 0, 1]), torch.arange(3).float()],
+    "photo": [TRUNCATED_JPEG, TEXT_FILE],
+    "tracedf": [None, "x", __import__("pandas").DataFrame({"x": [1]})],
+    "tracepath": ["/nonexistent/trace.json", TEXT_FILE, JSON_LIST, None],
+    "byteids": [[-1], [300], torch.ones(2), None, "abc", [1.5]],
+    "lenpair": [(16,), None, "ab", (0, 5), (5, 2)],
+    "samplestuple": [1.0, "ab", None, ("a",), (), (True,)],
+    "refdir": ["/nonexistent-reference-folder"],
+    "coldrows": [[], None, [None], "ab"],
+    "sizes": [[], [0], ["a"], "ab"],
+    "dtypelist": [[], "fp32", [3]],
+    "peaks": [{"fp32": -1.0}, {"fp32": NAN}, {"fp32": "x"}],
+    "limitnan": [-1.0, "x", None],  # a limit ≥ 0, or NaN (not measured)
+    "rows": [None, "ab", {"a": 1}],
+    "emptytext": [""],
+    "code": [None, 3, ["x"]],
+    "remaining": [-1.0, NAN, "x", None, True],
     "exportable": [None, lambda x: x, _Untraceable()],  # not a module, or a module torch.export cannot capture
 }
 
@@ -448,6 +475,51 @@ def _cases():
             {},
             {"tokens": "gpttokens", "pos": "gptpos"},
         ),
+        (data.read_photo, (TRUNCATED_JPEG,), {}, {"path": "photo"}),
+        (profiling.load_trace, (TEXT_FILE,), {}, {"path": "tracepath"}),
+        *(
+            (reader, (TRACE_DF, *extra), {}, {"df": "tracedf"})
+            for reader, extra in (
+                (profiling.top_ops, ()),
+                (profiling.within, ("label",)),
+                (profiling.conv_relayouts, ()),
+                (profiling.conv_backends, ()),
+                (profiling.sync_calls, ()),
+                (profiling.read_backs, ()),
+                (profiling.device_gaps, ()),
+                (profiling.input_types, ("aten::mm",)),
+                (profiling.noncontiguous_inputs, ("aten::mm",)),
+                (profiling.kernel_time, (TRACE_DF,)),
+            )
+        ),
+        (llm.GPT, (llm.GPTConfig(),), {}, {"config": "config"}),
+        (llm.decode, ([72, 105],), {}, {"ids": "byteids"}),
+        (
+            llm.StaticKVCache,
+            (1, 2, 8, 4),
+            {},
+            {"batch": "posint", "n_head": "posint", "max_len": "posint", "head_dim": "posint"},
+        ),
+        (llm_serving.make_requests, (torch.arange(300) % 256, 10.0, 1.0), {}, {"prompt_len": "lenpair"}),
+        (Measurement, ((1e-3,) * 6,), {}, {"samples": "samplestuple"}),
+        (results.load_reference, (), {}, {"reference_dir": "refdir"}),
+        (coldstart.table, ([],), {}, {"rows": "coldrows"}),
+        (batching.latency_model([1, 2], [1e-3, 2e-3]), (1,), {}, {"n": "posint"}),
+        (timing.plan, ([1e-3], 1.0), {}, {"estimates": "nonnegfloats", "remaining": "remaining", "number": "posint?"}),
+        (fusion.kernel_excerpt, ("def kernel(): pass",), {}, {"code": "code", "max_lines": "posint"}),
+        (llm.BlockTable(8, 4).reserve, ("seq", 4), {}, {"length": "posint"}),
+        (llm.encode, ("hi",), {}, {"text": "emptytext"}),
+        (pipeline.wait_for_children, (), {"timeout": 0.1}, {"timeout": "nonneg"}),
+        (roofline.cap_at_datasheet, (_rf(), {"fp32": 1e12}), {}, {"peaks": "peaks"}),
+        (
+            roofline.choose_roof,
+            (1.0, 0.1, False, 1.0, 0.1, False),
+            {},
+            {"old": "limitnan", "new": "limitnan"},
+        ),
+        (harness.pareto_front, ([{"median_s": 1.0, "size_bytes": 1, "accuracy": 0.9}],), {}, {"rows": "rows"}),
+        (roofline.matmul_roof, ("fp32",), {"budget": 0.01}, {"sizes": "sizes"}),
+        (roofline.measure_roofline, (), {"store": False}, {"dtypes": "dtypelist"}),
         # LoadGen (notebook 14): arguments refused before a test starts
         (
             mlperf.run,
@@ -683,3 +755,16 @@ def test_scripts_refuse_a_bad_number_with_a_usage_line(script, args):
     )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and "error: argument" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_time_together_names_an_option_it_does_not_take():
+    from helpers.verdict import time_together
+
+    with pytest.raises(TypeError, match="its options are interleaved's") as info:
+        time_together({"a": lambda: None}, bogus=1)
+    assert "\n" not in str(info.value)
+
+
+def test_a_record_that_json_cannot_hold_is_refused_when_made():
+    with pytest.raises(ValueError, match="cannot be stored as JSON"):
+        results.make_record(notebook="nb", experiment="e", variant="v", metrics={"x": 1.0}, extra={"o": object()})

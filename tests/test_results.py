@@ -206,7 +206,8 @@ def test_load_reference_filters(tmp_path):
     gpu = load_reference(notebook="00_environment", experiment="roofline", machine="h200", reference_dir=ref)
     assert list(gpu.gflops) == [100.0]
     assert load_reference(notebook="99_missing", reference_dir=ref).empty
-    assert load_reference(reference_dir=tmp_path / "empty").empty
+    (tmp_path / "empty").mkdir()
+    assert load_reference(reference_dir=tmp_path / "empty").empty  # an empty folder: no rows (a missing one is refused)
 
 
 def test_reference_table_says_when_nothing_ships(capsys):
