@@ -65,6 +65,8 @@ def check_callable(name: str, value: Any, hint: str = "") -> Callable[..., Any]:
 
 def check_choice(name: str, value: Any, choices: Iterable[Any], hint: str = "") -> Any:
     """``value`` must be one of ``choices``."""
+    if isinstance(choices, (str, bytes)) or not isinstance(choices, Iterable):
+        raise TypeError(f"choices must be a list of the allowed values, got {type(choices).__name__}.")
     options = list(choices)
     if value not in options:
         raise _fail(name, value, "one of " + ", ".join(repr(c) for c in options), hint)

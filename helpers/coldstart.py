@@ -283,6 +283,11 @@ def plot(rows: Sequence[ColdStart], title: str = "") -> Any:
     """Stacked bars: each replica's median first answer split into its phases."""
     from . import plotting
 
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
+        raise ValueError("rows must be a non-empty list of ColdStart results (what coldstart.launches returns).")
+    for row in rows:
+        check_instance("a row", row, ColdStart, hint="pass what coldstart.launches returns")
+
     fig, ax = plotting.subplots(figsize=(8.5, 0.5 * len(rows) + 1.6))
     left = [0.0] * len(rows)
     labels = [row.label for row in rows]

@@ -198,6 +198,9 @@ def imagenet_stats(device: str) -> tuple[torch.Tensor, torch.Tensor]:
     """ImageNet's mean and std as 1×3×1×1 tensors on ``device``, made once per device: building them for every
     batch (``torch.tensor(..., device="cuda")``) is a copy from pageable host memory, which synchronises with
     the GPU, per batch: the hidden sync ``torch.cuda.set_sync_debug_mode("warn")`` reports."""
+    from .device import choose_device
+
+    device = str(choose_device(device))
     mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1)
     std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1)
     return mean, std

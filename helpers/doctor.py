@@ -119,6 +119,7 @@ def doubling(sizes: Comparison, small: str, big: str) -> str:
     less per item: a cost the batch shares), ``"proportional"`` (the same time per item, within the noise: the
     work per item is what costs), or ``"more per item"`` (each item costs more at the bigger batch: a different
     kernel or thread split at that size)."""
+    check_instance("sizes", sizes, Comparison, hint="pass the time_together comparison of the batch sizes")
     if not sizes.verdict(big, against=small).slower:
         return "free"
     per_item = sizes.verdict(big, against=small, per_item=True)
@@ -218,7 +219,7 @@ def diagnose(
     ws = working_set_bytes(model, example, call(example))
     cache = rf.cache_bytes
     cache_resident = bool(cache) and ws <= cache
-    bandwidth = rf.bandwidth
+    bandwidth = rf._bandwidth()  # checked again here: a field can be changed after the roofline was built
     if cache_resident:  # the roof that applies is the cache's: measure a copy of the working set's size
         bandwidth = max(rf.bandwidth, memory_bandwidth(dev, nbytes=max(ws // 2, 2**20), repeats=pick(5, 9))[0])
     if dev.type == "cuda":
@@ -399,5 +400,6 @@ def diagnose_batches(
         raise ValueError(f"batches={batches!r} is empty: pass a list of batch sizes ≥ 1, e.g. [1, 8, 64].")
     for b in batches:
         check_int("batch", b, hint="pass batches as a list of integers ≥ 1, e.g. [1, 8, 64]")
+    check_callable("make_input", make_input, hint="pass a function of the batch size, e.g. lambda b: x[:b]")
     diagnoses = [diagnose(model, make_input(b), rf, **kwargs) for b in batches]
     return diagnoses, pd.DataFrame([d.row() for d in diagnoses]).set_index("batch")

@@ -182,6 +182,10 @@ def judge(
 def sentence(v: Verdict, per: str = "call") -> str:
     """A verdict on joules per ``per`` (candidate vs baseline, smaller wins) in energy words; the interval is of
     the factor the sentence names (less energy: baseline ÷ candidate; more energy: its inverse)."""
+    if not isinstance(v, Verdict):
+        raise TypeError(f"v must be a Verdict (what energy.judge returns), got {type(v).__name__}.")
+    if not isinstance(per, str) or not per.strip():
+        raise ValueError(f"per={per!r}: name the unit of work, e.g. 'call' or 'image'.")
     pct = f"{v.confidence:.0%} interval"
     if v.outcome == "faster":
         return (

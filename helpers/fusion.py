@@ -109,6 +109,7 @@ class KernelCount:
 
 def short_kernel_name(name: str) -> str:
     """``void at::native::elementwise_kernel<4, …>(int, …)`` → ``at::native::elementwise_kernel``."""
+    check_instance("name", name, str, hint="pass a kernel name from a profiler table")
     name = name.removeprefix("void ").strip()
     cuts = [i for i in (name.find("<"), name.find("(")) if i > 0]
     return name[: min(cuts)].strip() if cuts else name
@@ -194,11 +195,13 @@ _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(cpp_pybinding|cpp|triton)\("
 
 def kernel_names(code: str) -> list[str]:
     """The generated kernels defined in Inductor's output code (C++ or Triton)."""
+    check_instance("code", code, str, hint="pass the generated code, e.g. helpers.fusion.generated_code(fn, x)")
     return [m.group(1) for m in _KERNEL_DEF.finditer(code)]
 
 
 def extern_calls(code: str) -> list[str]:
     """The library calls (cuBLAS/oneDNN GEMMs, convolutions) the generated code makes instead of a kernel."""
+    check_instance("code", code, str, hint="pass the generated code, e.g. helpers.fusion.generated_code(fn, x)")
     return sorted(set(re.findall(r"extern_kernels\.(\w+)", code)))
 
 

@@ -62,6 +62,9 @@ def predict(
     """
     check_callable("fn", fn, hint="predict() needs a model or function from a batch to logits")
     check_int("batch_size", batch_size, hint="pass how many images per call, e.g. 512")
+    check_tensor("images", images, hint="pass a batch of inputs (a tensor with a batch dimension)")
+    if prepare is not None:
+        check_callable("prepare", prepare, hint="pass a function of a batch (e.g. lambda x: x.half()), or None")
     outs = []
     for start in range(0, len(images), batch_size):
         x = images[start : start + batch_size]

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .checks import check_callable, check_choice, check_instance, check_int
+from .device import choose_device
 from .paths import DATA_DIR, verify_shipped
 
 __all__ = [
@@ -272,6 +273,9 @@ class PagedKVCache(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        check_instance("table", table, BlockTable, hint="pass the model's BlockTable (model.setup_paged_cache)")
+        check_int("n_head", n_head, hint="key/value heads: a positive integer")
+        check_int("head_dim", head_dim, hint="a positive integer")
         self.table = table
         shape = (table.num_blocks + 1, n_head, table.block_size, head_dim)  # + the null block 0
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
@@ -501,6 +505,8 @@ def _check_tokens(model: GPT, prompt: torch.Tensor, new_tokens: int) -> None:
             "move the prompt with prompt.to(model.device)."
         )
     _check_ids("prompt", prompt, model.config.vocab_size)
+    if prompt.shape[1] == 0:
+        raise ValueError("the prompt is empty: a model needs at least one token to continue, e.g. encode('The').")
     check_int("new_tokens", new_tokens, hint="generate at least one token")
     if prompt.shape[1] + new_tokens > model.config.max_seq_len:
         raise ValueError(
@@ -552,6 +558,8 @@ def prefill_bucketed(
     decode steps before any query can see them. Needs a static cache of at least the bucket's length."""
     check_instance("model", model, GPT, hint="pass a helpers.llm.GPT with a static cache")
     _check_ids("prompt", prompt, model.config.vocab_size)
+    if run is not None:
+        check_callable("run", run, hint="pass a compiled prefill (e.g. torch.compile(model, dynamic=False)), or None")
     if not buckets or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in buckets):
         raise ValueError(f"buckets must be positive whole prompt lengths, e.g. (32, 64, 128); got {buckets!r}.")
     cache = model.blocks[0].attn.cache
@@ -673,6 +681,7 @@ def linear_weight_bytes(model: nn.Module) -> int:
 
 def decode_weight_bytes(model: nn.Module) -> int:
     """Weight bytes read per decoding step (any batch): all Linear weights and the LayerNorm parameters."""
+    check_instance("model", model, nn.Module, hint="pass the model, e.g. a helpers.llm.GPT")
     norms = sum(p.nbytes for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters())
     return linear_weight_bytes(model) + norms
 
@@ -758,7 +767,7 @@ def device_sized_config(device: torch.device | str, mode: str) -> GPTConfig:
     mode; 12 layers of dim 512 (55 M parameters, 0.2 GB in fp32) on a CPU; 12 × 2048 (0.7 B) on a GPU with more
     than 24 GiB free (12 × 1024 below that)."""
     check_choice("mode", mode, ("quick", "full"), hint="pass the notebook's MODE")
-    device = torch.device(device)
+    device = choose_device(device)
     if mode == "quick":
         return GPTConfig(vocab_size=1024, n_layer=2, n_head=4, dim=256, max_seq_len=512)
     if device.type == "cuda":  # 2.7 GB of fp32 weights, plus bf16 and int8 copies: only where memory allows
@@ -773,6 +782,7 @@ def encode(text: str, device: torch.device | str | None = None) -> torch.Tensor:
         raise ValueError(f"encode takes a str, not {type(text).__name__}: pass the text of the prompt.")
     if not text:
         raise ValueError("encode got an empty text: a prompt needs at least one character.")
+    device = None if device is None else choose_device(device)
     return torch.tensor([list(text.encode("utf-8"))], dtype=torch.long, device=device)
 
 
@@ -806,7 +816,7 @@ def trained_lm(
     model = GPT(config)
     state = torch.load(verify_shipped(root / f"lm_{name}.pt", root), map_location="cpu", weights_only=True)
     model.load_state_dict(state)  # bf16 on disk, copied into the fp32 parameters
-    return model.eval().to(device)
+    return model.eval().to(None if device is None else choose_device(device))
 
 
 def cuda_graph(fn: Callable[..., torch.Tensor], *args: Any) -> Callable[[], torch.Tensor]:

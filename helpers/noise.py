@@ -185,6 +185,11 @@ def allowed(line: str, notebooks: set[str] | None = None) -> Known | None:
     entry explained by one of them counts (a notebook may show what it, or an earlier one, explains)."""
     import re
 
+    if not isinstance(line, str):
+        raise TypeError(f"line must be a str (a warning, log or stderr line), got {type(line).__name__}.")
+    if notebooks is not None and (isinstance(notebooks, str) or not all(isinstance(n, str) for n in notebooks)):
+        raise TypeError("notebooks must be a set of notebook names, e.g. {'00_environment'}, or None.")
+
     for entry in KNOWN:
         if notebooks is not None and entry.notebook not in notebooks:
             continue

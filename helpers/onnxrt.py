@@ -246,6 +246,7 @@ def find_library(soname: str) -> Path | None:
     system loader's cache (``ldconfig -p``); None when it is nowhere."""
     import subprocess
 
+    check_file_name("soname", soname)
     for folder in _library_dirs():
         if (folder / soname).exists():
             return folder / soname
@@ -286,6 +287,7 @@ def provider_status(provider: str) -> tuple[bool, str]:
     silently otherwise), and the reason when it does not (the exception's first line, or the fallback)."""
     import onnxruntime as ort
 
+    check_instance("provider", provider, str, hint="pass a provider name, e.g. 'CUDAExecutionProvider'")
     if provider not in ort.get_available_providers():
         return False, f"not in this onnxruntime build ({ort.__version__}; a CPU-only wheel lists no GPU providers)"
     if provider == "CPUExecutionProvider":
@@ -405,6 +407,8 @@ GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider")
 def shared_stream(sess: Any) -> Any:
     """The stream of torch's that a GPU session runs on (its ``user_compute_stream``), as a ``torch.cuda`` stream;
     None where the session runs on ORT's own stream (or on the CPU)."""
+    if not hasattr(sess, "get_providers"):
+        raise TypeError(f"pass an onnxruntime InferenceSession (helpers.onnxrt.session), got {sess!r}.")
     provider = sess.get_providers()[0]
     if provider not in GPU_PROVIDERS:
         return None
@@ -446,6 +450,8 @@ class OrtModel:
     def __init__(self, sess: Any) -> None:
         import onnxruntime as ort
 
+        if not hasattr(sess, "get_inputs") or not hasattr(sess, "run"):
+            raise TypeError(f"OrtModel needs an onnxruntime InferenceSession (helpers.onnxrt.session), got {sess!r}.")
         self.session = sess
         self.input = sess.get_inputs()[0]
         self.output = sess.get_outputs()[0]

@@ -50,6 +50,8 @@ CPU_OOM_MESSAGES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAll
 def is_out_of_memory(exc: BaseException) -> bool:
     """True for an allocation failure on any device: ``torch.OutOfMemoryError`` (CUDA, MPS) or the CPU
     allocator's ``RuntimeError``. Any other error is a real bug and must propagate."""
+    if not isinstance(exc, BaseException):
+        raise TypeError(f"is_out_of_memory takes the exception caught, got {type(exc).__name__}.")
     if isinstance(exc, torch.OutOfMemoryError):
         return True
     return isinstance(exc, RuntimeError) and any(text in str(exc) for text in CPU_OOM_MESSAGES)

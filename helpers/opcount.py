@@ -218,6 +218,7 @@ class Traffic:
 
 def traffic(fn: Callable[..., Any], *args: Any) -> Traffic:
     """Estimate the memory traffic of one eager call of ``fn(*args)``, unfused and ideally fused."""
+    check_callable("fn", fn, hint="pass the function (or module) whose call to measure")
     counter = OpCounter(fused=True)
     with torch.inference_mode(), counter:
         result = fn(*args)

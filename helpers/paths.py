@@ -28,8 +28,14 @@ def outputs_dir() -> Path:
     return (path if path.is_absolute() else REPO_ROOT / path).resolve()
 
 
+def _check_path(name: str, path: object) -> None:
+    if not isinstance(path, (str, os.PathLike)) or str(path) == "":
+        raise TypeError(f"{name} must be a path (a str or pathlib.Path), got {path!r}.")
+
+
 def ensure_dir(path: str | os.PathLike[str]) -> Path:
     """Create ``path`` (and its parents) for writing, or fail with one line naming ``COURSE_OUTPUTS``."""
+    _check_path("path", path)
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -62,6 +68,9 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
 
     if not isinstance(text, str):
         raise TypeError(f"text must be a str to write, got {type(text).__name__}.")
+    _check_path("path", path)
+    if Path(path).is_dir():
+        raise IsADirectoryError(f"{path} is a folder: pass the path of a file in it.")
     path = Path(path)
     ensure_dir(path.parent)
     try:
@@ -89,6 +98,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary path beside ``path`` (same suffix, so tools that check it accept it) for a library to write
     to; when the block ends without an error it is renamed over ``path`` in one step, otherwise removed. A
     reader never sees half a file: ``with atomic_path(p) as tmp: torch.save(state, tmp)``."""
+    _check_path("path", path)
     path = Path(path)
     ensure_dir(path.parent)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")

@@ -45,6 +45,8 @@ class ThreadPrefetcher:
 
     def __init__(self, iterable: Iterable[Any], depth: int = 2) -> None:
         check_int("depth", depth, hint="pass how many items to load ahead, e.g. 2")
+        if not isinstance(iterable, Iterable) or isinstance(iterable, (str, bytes)):
+            raise TypeError(f"ThreadPrefetcher needs an iterable of items (e.g. a DataLoader), got {iterable!r}.")
         self.iterable = iterable
         self.depth = depth
 

@@ -86,6 +86,10 @@ def make_record(
         raise ValueError("nothing to record: pass a Measurement, or metrics={'name': value}.")
     if measurement is not None and not isinstance(measurement, Measurement):
         raise TypeError(f"measurement must be a helpers.timing.Measurement, got {type(measurement).__name__}.")
+    if metrics is not None and not isinstance(metrics, Mapping):
+        raise ValueError(
+            f"metrics must be a dict of name → number, e.g. {{'p99_s': 0.01}}, not {type(metrics).__name__}."
+        )
     metrics = _clean(dict(metrics or {}))  # numpy / tensor scalars become plain numbers
     clash = sorted(set(metrics) & RESERVED_COLUMNS)
     if clash:
@@ -133,6 +137,10 @@ def append_record(record: Mapping[str, Any], path: str | os.PathLike[str]) -> Pa
         raise TypeError(
             f"record must be a dict (one results record, e.g. from make_record), not {type(record).__name__}."
         )
+    if not record:
+        raise ValueError("record is empty: pass one results record, e.g. from make_record(...).")
+    if not isinstance(path, (str, os.PathLike)) or str(path) == "" or Path(path).is_dir():
+        raise ValueError(f"path={path!r}: pass the path of a .jsonl results file (not a folder).")
     try:
         line = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
     except (TypeError, ValueError) as exc:
@@ -224,6 +232,8 @@ class Recorder:
 def parse_records(text: str) -> tuple[list[dict[str, Any]], int]:
     """The records of a results file's text, one JSON object per line, and how many lines were torn or corrupt
     (skipped: a writer killed mid-line leaves half a line, which must not be glued to the next one)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be the str of a results file, got {type(text).__name__}.")
     records, bad, _ = _parse(text)
     return records, bad
 
@@ -239,7 +249,7 @@ def _parse(text: str) -> tuple[list[dict[str, Any]], int, int]:
         except json.JSONDecodeError:
             torn += 1
             continue
-        if isinstance(obj, dict):
+        if isinstance(obj, dict) and obj:  # an empty object is not a record
             records.append(obj)
         else:
             foreign += 1
@@ -411,6 +421,10 @@ _READABLE = {
 def readable_reference(df: Any) -> Any:
     """A reference table as a learner reads live results: times as µs/ms, bandwidth in GB/s, FLOP/s in GFLOP/s,
     sizes in MiB/KiB (the raw columns renamed); other columns as they are."""
+    import pandas as pd
+
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"df must be a table of reference results (load_reference), got {type(df).__name__}.")
     out = df.copy()
     for column, (name, convert) in _READABLE.items():
         if column in out.columns:

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from .checks import check_choice, check_instance, check_int, check_ints, check_number
+from .checks import check_callable, check_choice, check_instance, check_int, check_ints, check_number
 from .device import DeviceLike, _slug, choose_device, cpu_features, last_level_cache_bytes, machine_id
 from .fp32 import FLAGS, exact_fp32, fp32_flags, set_fp32_flags
 from .modes import course_mode, pick
@@ -413,6 +413,8 @@ class Roofline:
 
     def __post_init__(self) -> None:
         # a zero or negative limit would divide by zero or place every point wrongly (NaN: not measured yet)
+        if not isinstance(self.peak_flops, dict) or not all(isinstance(k, str) for k in self.peak_flops):
+            raise ValueError("peak_flops must be a dict of dtype name → FLOP/s, e.g. {'fp32': 1e11}.")
         limits = [("bandwidth", self.bandwidth), ("dispatch_latency", self.dispatch_latency)]
         limits += [(f"peak_flops[{k!r}]", v) for k, v in self.peak_flops.items()]
         for name, value in limits:
@@ -496,6 +498,8 @@ class Roofline:
 
     def explain_above_roof(self, placed: dict[str, Any], nbytes: float, dtype: str = "fp32") -> str:
         """Why a placement is above its roof, for its own bound and device (one line)."""
+        if not isinstance(placed, dict) or not {"fraction_of_bound", "bound"} <= set(placed):
+            raise ValueError("placed must be what rf.place(flops, nbytes, seconds) returned.")
         pct = f"{placed['fraction_of_bound']:.0%}"
         gpu = self.device.startswith("cuda")
         cpu = self.device.startswith("cpu")
@@ -549,9 +553,14 @@ class Roofline:
             raise ValueError("a stored roofline is a dict with a peak_flops dict")
         known = {f for f in cls.__dataclass_fields__ if f != "measurements"}
         kwargs = {k: v for k, v in data.items() if k in known}
-        kwargs["peak_flops"] = {str(k): (math.nan if v is None else float(v)) for k, v in data["peak_flops"].items()}
-        for key in ("bandwidth", "dispatch_latency"):
-            kwargs[key] = float(kwargs[key])
+        try:
+            kwargs["peak_flops"] = {
+                str(k): (math.nan if v is None else float(v)) for k, v in data["peak_flops"].items()
+            }
+            for key in ("bandwidth", "dispatch_latency"):
+                kwargs[key] = float(kwargs[key])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"a stored roofline's limits must be numbers ({type(exc).__name__}: {exc}).") from None
         for key, kind in (
             ("h2d_bandwidth", dict),
             ("spread", dict),
@@ -646,6 +655,7 @@ class Roofline:
 
     def record(self, recorder: Callable[..., Any]) -> None:
         """Record every roof with ``recorder`` (a :class:`helpers.results.Recorder`)."""
+        check_callable("recorder", recorder, hint="pass a helpers.Recorder, e.g. helpers.Recorder('00_environment')")
         for r in self.records():
             recorder(**r)
 
@@ -835,6 +845,8 @@ def reconsider_bandwidth(rf: Roofline, bandwidth: float, measurement: Measuremen
 
 def save_roofline(rf: Roofline) -> Path:
     """Store ``rf`` for later notebooks (atomically: a reader never sees half a file)."""
+    check_instance("rf", rf, Roofline, hint="pass a measured roofline (roofline.measure_roofline)")
+    rf.__post_init__()  # its limits checked again: a field may have been changed since it was built
     data = {"version": STORE_VERSION, **rf.to_dict()}
     data.pop("origin", None)
     return write_atomic(roofline_path(rf.device), json.dumps(data, indent=1) + "\n")
@@ -1024,6 +1036,8 @@ def get_roofline(device: DeviceLike = None, dtypes: list[str] | None = None, ref
 def compare_with_reference(rf: Roofline | None = None) -> Any:
     """One row per machine: the rooflines recorded in ``data/reference/`` by notebook 00, plus ``rf`` (this
     machine, when given), in readable units."""
+    if rf is not None:
+        check_instance("rf", rf, Roofline, hint="pass this machine's roofline, or None")
     import pandas as pd
 
     from .results import load_reference

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks import check_int, check_number
+from .checks import check_instance, check_int, check_number
 
 #: The generator, run as a script in its own interpreter (it imports neither torch nor helpers: it starts fast).
 GENERATOR = Path(__file__).with_name("_loadgen.py")
@@ -210,6 +210,11 @@ def batch_service_samples(
     times and their samples, ascending: what :class:`helpers.batching.SampledLatency` takes."""
     check_int("min_count", min_count, hint="pass how many samples a batch size needs, e.g. 3")
     groups: dict[int, list[float]] = {}
+    if isinstance(batches, (str, bytes)) or not isinstance(batches, Iterable):
+        raise TypeError("batches must be a list of (batch size, seconds) pairs, as the server records them.")
+    batches = list(batches)
+    if not all(isinstance(pair, (tuple, list)) and len(pair) == 2 for pair in batches):
+        raise ValueError("batches must be (batch size, seconds) pairs, e.g. [(8, 0.004), (3, 0.002)].")
     for size, seconds in batches:
         check_int("batch size", size, hint="record the size of each batch the server ran")
         check_number("seconds", seconds, positive=True, hint="record each batch's compute time in seconds")
@@ -273,6 +278,7 @@ def latencies_of_all(run: LoadRun, timeout: float) -> list[float]:
     accepts). Two runs on the same arrival trace (same seed, rate and duration) then compare request for request,
     none left out because it was not answered."""
     check_number("timeout", timeout, positive=True, hint="pass the client's time-out in seconds, e.g. 2.0")
+    check_instance("run", run, LoadRun, hint="pass what serving.open_loop returned")
     return [float(t) if ok else float(timeout) for t, ok in zip(run.latency, run.ok, strict=True)]
 
 
@@ -318,6 +324,11 @@ def listeners(processes: Iterable[Any]) -> list[dict[str, Any]]:
 
     import psutil
 
+    if isinstance(processes, (str, bytes)) or not isinstance(processes, Iterable):
+        raise TypeError("processes must be a list of psutil.Process objects, e.g. pipeline.child_processes().")
+    processes = list(processes)
+    if not all(isinstance(p, psutil.Process) for p in processes):
+        raise TypeError("processes must be psutil.Process objects, e.g. pipeline.child_processes(), not pids.")
     rows = []
     for p in processes:
         try:

@@ -105,6 +105,8 @@ def format_seconds(seconds: float, digits: int = 3) -> str:
 
 def format_rate(per_second: float, unit: str = "items") -> str:
     """``123456.0`` → ``'123k items/s'``."""
+    if not isinstance(unit, str) or not unit.strip():
+        raise ValueError(f"unit={unit!r}: name what is counted, e.g. 'images' or 'tokens'.")
     check_number("per_second", per_second, minimum=0, hint="pass a rate, e.g. m.throughput")
     for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")):
         if abs(per_second) >= scale:
@@ -492,6 +494,8 @@ def benchmark(
 
 def new_session(kind: str) -> str:
     """A fresh timing-session name (``'benchmark-…'``, ``'interleaved-…'``): unique within and across runs."""
+    if not isinstance(kind, str) or not kind.strip():
+        raise ValueError(f"kind={kind!r}: name the kind of session, e.g. 'benchmark' or 'interleaved'.")
     return f"{kind}-{time.time_ns()}-{next(_SESSIONS)}"
 
 

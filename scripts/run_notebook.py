@@ -103,6 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.notebook.is_file():
         print(f"{args.notebook}: no such notebook (pass the path of an .ipynb file)", file=sys.stderr)
         return 2
+    try:
+        import json
+
+        json.loads(args.notebook.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        print(f"{args.notebook}: not a notebook ({type(exc).__name__}): pass an .ipynb file", file=sys.stderr)
+        return 2
     sys.path.insert(0, str(REPO))
     from helpers.paths import outputs_dir
 

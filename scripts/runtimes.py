@@ -142,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="course-runtimes-") as tmp:
         out = args.out or Path(tmp) / "run"
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            sys.exit(f"--out {out}: cannot create that folder ({exc.strerror}): pass a folder you can write")
         run_args = [
             str(out),
             "--mode",

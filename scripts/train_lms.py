@@ -107,7 +107,10 @@ def main() -> None:
     parser.add_argument("--toy", type=Path, help="train a toy pair in seconds and write it to this folder")
     args = parser.parse_args()
     if args.toy:
-        args.toy.mkdir(parents=True, exist_ok=True)
+        try:
+            args.toy.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            sys.exit(f"--toy {args.toy}: cannot create that folder ({exc.strerror}): pass a folder you can write")
     specs, out, seq = (TOY, args.toy, 64) if args.toy else (MODELS, DATA_DIR, SEQ)
     torch.set_num_threads(min(2, torch.get_num_threads()))
     train_data, test_data = load_corpus("train"), load_corpus("test")

@@ -150,7 +150,10 @@ def main() -> None:
     args = parser.parse_args()
     images, labels = load_digits_raw("train")
     if args.toy:  # one epoch on 128 digits at the smallest size: checks the script runs, not the model
-        args.toy.mkdir(parents=True, exist_ok=True)
+        try:
+            args.toy.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            sys.exit(f"--toy {args.toy}: cannot create that folder ({exc.strerror}): pass a folder you can write")
         images, labels, epochs, sizes, out = images[:128], labels[:128], 1, SIZES[:1], args.toy
     else:
         epochs, sizes, out = EPOCHS, SIZES, DATA_DIR
