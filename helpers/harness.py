@@ -164,12 +164,12 @@ def pareto_front(
     """For each row, whether it is Pareto-optimal: no other row is at least as good on every criterion and
     strictly better on one. Rows with a missing value on a criterion (absent, None, NaN or not a number) are
     never optimal, and never dominate another."""
-    keys = minimize + maximize
     if not isinstance(rows, list):
         raise TypeError(f"rows must be a list of dicts (one per variant), got {type(rows).__name__}.")
     for name, group in (("minimize", minimize), ("maximize", maximize)):
         if not isinstance(group, tuple) or not all(isinstance(k, str) for k in group):
             raise TypeError(f"{name} must be a tuple of column names, e.g. ('median_s',).")
+    keys = minimize + maximize
     if not rows:
         return []
     if not all(isinstance(r, dict) for r in rows):

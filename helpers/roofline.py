@@ -721,6 +721,10 @@ def cap_at_datasheet(rf: Roofline, peaks: dict[str, float] | None) -> list[str]:
     """Cap each compute roof of ``rf`` above its datasheet peak at that peak (in place) and return one line per
     cap; ``rf.choices`` records it. Nothing happens without ``peaks``."""
     check_instance("rf", rf, Roofline, hint="pass a measured roofline")
+    if peaks is not None and not isinstance(peaks, dict):
+        raise TypeError(
+            f"peaks must be a dict of dtype → datasheet FLOP/s (roofline.datasheet), or None; got {peaks!r}."
+        )
     for name, limit in (peaks or {}).items():
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < math.inf:
             raise ValueError(f"peaks[{name!r}]={limit!r}: a datasheet peak is a positive number of FLOP/s.")
