@@ -187,8 +187,11 @@ def photo_transform(size: int = 224, normalize: bool = True):  # -> torchvision.
 def normalize_on_device(batch: torch.Tensor) -> torch.Tensor:
     """A ``uint8`` batch (N×3×H×W, where it already is: e.g. on the GPU) to the floats :func:`photo_transform`
     gives: scaled to [0, 1], ImageNet-normalised."""
-    if not isinstance(batch, torch.Tensor) or batch.dtype != torch.uint8 or batch.dim() != 4:
-        raise ValueError("normalize_on_device needs a uint8 batch of shape N×3×H×W, e.g. from normalize=False.")
+    if not isinstance(batch, torch.Tensor) or batch.dtype != torch.uint8 or batch.dim() != 4 or batch.shape[1] != 3:
+        got = f"{batch.dtype} {tuple(batch.shape)}" if isinstance(batch, torch.Tensor) else type(batch).__name__
+        raise ValueError(f"normalize_on_device needs a uint8 batch N×3×H×W (got {got}), e.g. from normalize=False.")
+    if batch.numel() == 0:
+        raise ValueError(f"normalize_on_device got an empty batch {tuple(batch.shape)}: pass at least one image.")
     mean, std = imagenet_stats(str(batch.device))
     return (batch.float() * (1.0 / 255) - mean) / std  # as torchvision's ToDtype(scale=True): times 1/255, bit for bit
 

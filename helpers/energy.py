@@ -166,6 +166,8 @@ def judge(
     its windows alternate between the candidates, so they are rounds of one session and are compared window by
     window (paired), as :func:`helpers.verdict.time_together` compares times. ``items`` per call (the batch)."""
     check_int("items", items, 1, hint="pass the batch size of one call.")
+    if candidate == baseline:
+        raise ValueError(f"candidate and baseline are both {candidate!r}: pass two different names of per_call.")
     for name in (candidate, baseline):
         if not isinstance(per_call, Mapping) or name not in per_call:
             raise ValueError(

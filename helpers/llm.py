@@ -176,6 +176,13 @@ class DynamicKVCache(nn.Module):
                 "a dynamic KV cache moves the whole batch in lockstep: pass one position per new token (a 1-D pos) "
                 "and no slots, or use a static cache (model.setup_cache('static', ...)) for per-sequence positions."
             )
+        if pos.device.type == "cpu" and pos.numel() and not torch.compiler.is_compiling():
+            expected = 0 if self.k is None else self.k.shape[2]
+            if int(pos[0]) != expected or int(pos[-1]) != expected + pos.numel() - 1:
+                raise ValueError(
+                    f"positions {int(pos[0])}…{int(pos[-1])} do not continue this dynamic cache of {expected} "
+                    f"positions: pass the next ones ({expected}…), or model.clear_cache() to start again."
+                )
         if self.k is None or self.v is None:
             self.k, self.v = k, v
         else:
@@ -404,6 +411,8 @@ class GPT(nn.Module):
         them costs no sync (on a GPU an id out of range is a device-side assert: :func:`generate` checks its prompt)."""
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError("tokens must be an (n, T) tensor of token ids (dtype torch.long), e.g. encode(text).")
+        if tokens.shape[1] == 0 or tokens.shape[0] == 0:
+            raise ValueError(f"tokens {tuple(tokens.shape)} holds no token: pass at least one row of one token.")
         if not isinstance(pos, torch.Tensor) or pos.dtype != torch.long or pos.shape[-1:] != tokens.shape[-1:]:
             raise ValueError(
                 f"pos must be a torch.long tensor of T = {tokens.shape[-1]} positions, (T,) or (n, T), one per token."
@@ -536,13 +545,26 @@ def prefill(model: GPT, prompt: torch.Tensor) -> torch.Tensor:
     if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[1] == 0:
         got = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
         raise ValueError(f"prompt {got} is not a batch of token ids with at least one token: pass (batch, tokens).")
+    _check_has_cache(model, "prefill")
     return model(prompt, torch.arange(prompt.shape[1], device=prompt.device))[:, -1]
 
 
 def decode_step(model: GPT, token: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """One decoding step: ``token`` (batch × 1) at position ``pos`` (a one-element tensor) → next logits.
     This is the function to compile: with a static cache its shapes never change."""
+    if not torch.compiler.is_compiling():  # an attribute read, no device sync; nothing of it enters a graph
+        _check_has_cache(model, "decode_step")
     return model(token, pos)[:, -1]
+
+
+def _check_has_cache(model: GPT, what: str) -> None:
+    """Without a cache a step sees only its own token: logits that look right and are not (one line instead)."""
+    blocks = getattr(getattr(model, "_orig_mod", model), "blocks", None)  # a torch.compile'd GPT too
+    if blocks is not None and len(blocks) and getattr(blocks[0].attn, "cache", True) is None:
+        raise ValueError(
+            f"{what} needs a model with a KV cache (without one a step sees only its own tokens): call "
+            "model.setup_cache('static', batch, max_len) or model.setup_cache('dynamic') first."
+        )
 
 
 def prefill_bucketed(
@@ -792,6 +814,8 @@ def decode(ids: torch.Tensor | Sequence[int]) -> str:
         raise ValueError(f"ids must be integer token ids, got a {ids.dtype} tensor.")
     if isinstance(ids, (str, bytes)) or not isinstance(ids, (torch.Tensor, Sequence)):
         raise TypeError(f"ids must be a tensor or list of byte token ids, got {type(ids).__name__}.")
+    if isinstance(ids, torch.Tensor) and ids.dim() > 1 and (ids.dim() > 2 or ids.shape[0] != 1):
+        raise ValueError(f"decode reads one sequence; got a tensor of shape {tuple(ids.shape)}: pass ids[i] for row i.")
     values = ids.flatten().tolist() if isinstance(ids, torch.Tensor) else list(ids)
     if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 256 for v in values):
         raise ValueError("ids must be byte token ids (integers 0…255): this course's models read bytes as tokens.")

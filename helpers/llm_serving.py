@@ -68,6 +68,14 @@ class Trace:
     tokens: list[int] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
 
+    def __post_init__(self) -> None:  # a hand-built trace: its times must be a clock's readings, in order
+        if not all(isinstance(t, numbers.Real) and math.isfinite(t) for t in self.times) or any(
+            b < a for a, b in zip(self.times, self.times[1:], strict=False)
+        ):
+            raise ValueError("a Trace's times must be finite seconds in the order the tokens came (never decreasing).")
+        if self.times and self.times[0] < self.request.arrival:
+            raise ValueError("a Trace's first token cannot come before its request arrived (times[0] < arrival).")
+
     @property
     def ttft(self) -> float:
         """Time to first token: queueing + prefill (+ the first token's step); NaN before the first token."""
@@ -145,6 +153,11 @@ def make_requests(
     """Poisson arrivals at ``rate`` requests/s over ``duration`` s; prompt and output lengths log-uniform in the
     given ranges (many short, a few long, as in real traffic); each prompt a window of ``corpus`` (token ids)."""
     check_instance("corpus", corpus, torch.Tensor, hint="pass token ids, e.g. helpers.data.load_corpus('test')")
+    if corpus.dim() != 1 or corpus.dtype.is_floating_point or corpus.dtype.is_complex or corpus.dtype == torch.bool:
+        raise ValueError(
+            f"corpus must be a 1-D tensor of integer token ids, got {corpus.dtype} {tuple(corpus.shape)}: "
+            "e.g. helpers.data.load_corpus('test')."
+        )
     for name, pair in (("prompt_len", prompt_len), ("new_len", new_len)):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise ValueError(f"{name}={pair!r}: pass (shortest, longest), e.g. (16, 128).")

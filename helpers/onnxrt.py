@@ -473,6 +473,13 @@ class OrtModel:
             ) from exc
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"an OrtModel takes a torch tensor, got {type(x).__name__} (.numpy() takes arrays).")
+        if x.dtype.is_floating_point != np.issubdtype(self.dtype, np.floating):  # converted, never silently rescaled
+            raise ValueError(
+                f"the model's input {self.input.name} is {self.input.type}; a {x.dtype} tensor would be converted "
+                "value for value (uint8 pixels are not scaled to [0, 1]): prepare it as the model was exported."
+            )
         if self.on_gpu and x.is_cuda:
             return self._bound(x)
         array = x.detach().cpu().numpy()

@@ -88,6 +88,8 @@ class OpCounter(TorchDispatchMode):
     ``written`` and ``external`` (storage → bytes) and ``intermediate_reads``."""
 
     def __init__(self, fused: bool = False) -> None:
+        if not isinstance(fused, bool):
+            raise TypeError(f"fused must be True or False, got {fused!r}.")
         super().__init__()
         self.fused = fused
         self.ops = 0

@@ -198,6 +198,7 @@ def conv_backends(df: Any) -> Any:
 
 def top_ops(df: Any, n: int = 10) -> Any:
     """CPU ops by total time (inclusive, µs), with their call counts."""
+    check_int("n", n, hint="how many ops to list, e.g. 10")
     df = _trace(df, "cat", "name", "dur")
     ops = df[df["cat"] == "cpu_op"]
     table = ops.groupby("name")["dur"].agg(["count", "sum"]).rename(columns={"sum": "total µs"})

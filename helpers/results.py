@@ -385,6 +385,10 @@ def reference_table(
     When no such reference ships yet, prints one line saying so (and how to produce one) and returns
     ``None``, so a notebook never fails, and never pretends, for lack of a reference.
     """
+    if columns is not None and (
+        isinstance(columns, str) or not isinstance(columns, list) or not all(isinstance(c, str) for c in columns)
+    ):
+        raise TypeError(f"columns={columns!r}: pass a list of column names, e.g. ['p99_s'], or None.")
     df = load_reference(notebook=notebook, experiment=experiment, machine=machine)
     if df.empty:
         where = f"a {machine} machine" if machine else "any machine"
@@ -394,8 +398,11 @@ def reference_table(
         )
         return None
     keep = ["variant", "batch", "dtype", "median", "iqr", "throughput"] + (columns or [])
+    absent = [c for c in columns or [] if c not in df.columns or not df[c].notna().any()]
     keep = [c for c in keep if c in df.columns and df[c].notna().any()]
     first = df.iloc[0]
+    if absent:  # an older reference may predate a metric: said, not an error
+        print(f"Not in this reference (measured before it was recorded, or misspelt): {', '.join(absent)}.")
     print(
         f"Reference: {first.get('machine_id', '?')}, measured {str(first.get('time', ''))[:10]} with torch "
         f"{first.get('v_torch', '?')} ({len(df)} rows). It shows what that machine did with the notebook's code "

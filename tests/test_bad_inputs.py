@@ -97,6 +97,10 @@ TRACE_DF = __import__("pandas").DataFrame(
 )
 TINY_GPT = llm.GPT(llm.GPTConfig(vocab_size=16, dim=8, n_layer=1, n_head=2, max_seq_len=8)).eval()
 LOADGEN_SUT = mlperf.SUT(lambda samples: [0] * len(samples), [1, 2, 3])
+UNCACHED_GPT = llm.GPT(llm.GPTConfig(vocab_size=16, dim=8, n_layer=1, n_head=2, max_seq_len=8)).eval()  # never cached
+DYNAMIC_CACHE = llm.DynamicKVCache()  # holds 2 positions: the next is 2
+DYNAMIC_CACHE.update(torch.arange(2), torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 2, 4))
+REQUEST = llm_serving.Request(0, 1.0, (1, 2), 2)
 
 
 def _rf():
@@ -176,6 +180,7 @@ BAD = {
     "unwritable": ["/proc/probe-write.txt"],
     "text": [None, b"x", 3],
     "gpttokens": [
+        torch.ones(1, 0, dtype=torch.long),
         torch.full((1, 3), 999),
         torch.full((1, 3), -1),
         torch.ones(3, dtype=torch.long),
@@ -185,7 +190,16 @@ BAD = {
     "photo": [TRUNCATED_JPEG, TEXT_FILE],
     "tracedf": [None, "x", __import__("pandas").DataFrame({"x": [1]})],
     "tracepath": ["/nonexistent/trace.json", TEXT_FILE, JSON_LIST, None],
-    "byteids": [[-1], [300], torch.ones(2), None, "abc", [1.5]],
+    "byteids": [[-1], [300], torch.ones(2), None, "abc", [1.5], torch.ones(2, 3, dtype=torch.long)],
+    "corpus": [torch.rand(300), torch.ones(3, 300, dtype=torch.long), torch.ones(300, dtype=torch.bool)],
+    "uint8batch": [torch.zeros(2, 1, 8, 8, dtype=torch.uint8), torch.zeros(0, 3, 8, 8, dtype=torch.uint8)],
+    "tracetimes": [[2.0, 1.5], [NAN], ["a"], [0.5]],  # decreasing, not finite, not a number, before the arrival
+    "ortkind": [torch.ones(1, dtype=torch.long), torch.ones(1, dtype=torch.uint8), np.ones(1, dtype=np.float32)],
+    "samelabel": ["b"],  # the baseline's own name
+    "flag": ["yes", 1, None],
+    "nocache": [UNCACHED_GPT],
+    "skippedpos": [torch.tensor([5]), torch.tensor([0]), torch.tensor([2, 4])],
+    "columnlist": ["p99_s", [3], 3],
     "lenpair": [(16,), None, "ab", (0, 5), (5, 2)],
     "samplestuple": [1.0, "ab", None, ("a",), (), (True,)],
     "refdir": ["/nonexistent-reference-folder"],
@@ -524,6 +538,22 @@ def _cases():
             )
         ),
         (llm.GPT, (llm.GPTConfig(),), {}, {"config": "config"}),
+        (llm_serving.make_requests, (torch.arange(300) % 256, 10.0, 1.0), {}, {"corpus": "corpus"}),
+        (data.normalize_on_device, (torch.zeros(2, 3, 8, 8, dtype=torch.uint8),), {}, {"batch": "uint8batch"}),
+        (llm_serving.Trace, (REQUEST,), {"times": [1.5, 2.0]}, {"times": "tracetimes"}),
+        (RELU.__call__, (torch.ones(1),), {}, {"x": "ortkind"}),
+        (energy.judge, ({"a": [1.0] * 5, "b": [2.0] * 5}, "a", "b"), {}, {"candidate": "samelabel"}),
+        (opcount.OpCounter, (), {}, {"fused": "flag"}),
+        (llm.prefill, (GPT, torch.ones(1, 2, dtype=torch.long)), {}, {"model": "nocache"}),
+        (llm.decode_step, (GPT, torch.ones(1, 1, dtype=torch.long), torch.tensor([0])), {}, {"model": "nocache"}),
+        (
+            DYNAMIC_CACHE.update,
+            (torch.tensor([2]), torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4)),
+            {},
+            {"pos": "skippedpos"},
+        ),
+        (profiling.top_ops, (TRACE_DF,), {}, {"n": "posint"}),
+        (results.reference_table, ("01_bottlenecks", "x"), {}, {"columns": "columnlist"}),
         (llm.decode, ([72, 105],), {}, {"ids": "byteids"}),
         (
             llm.StaticKVCache,
