@@ -55,6 +55,7 @@ __all__ = [
     "device_sized_config",
     "cuda_graph",
     "lm_metrics",
+    "bits_per_byte",
     "encode",
     "decode",
 ]
@@ -826,6 +827,38 @@ def lm_metrics(data_dir: str | Path | None = None) -> dict[str, Any]:
     """What ``scripts/train_lms.py`` measured when it trained the shipped models (``data/lm.json``)."""
     root = DATA_DIR if data_dir is None else Path(data_dir)
     return json.loads(verify_shipped(root / "lm.json", root).read_text())
+
+
+@torch.inference_mode()
+def bits_per_byte(model: nn.Module, data: torch.Tensor, seq: int = 256, max_windows: int | None = None) -> float:
+    """Held-out quality of a byte-level model: the mean cross-entropy of each next byte of ``data`` (a 1-D tensor
+    of byte ids, e.g. ``load_corpus("test")``) in bits, over consecutive windows of ``seq`` bytes (the first
+    ``max_windows`` of them; all by default). 8.0 is a uniform guess over 256 bytes; lower is better. The model is
+    run without a cache, in its own dtype and device; the loss is computed in fp32. ``scripts/train_lms.py``
+    measured the shipped models with this function (``lm_metrics()``'s ``test_bits_per_byte``)."""
+    check_instance("model", model, nn.Module, hint="pass a byte-level model, e.g. trained_lm('target')")
+    check_instance("data", data, torch.Tensor, hint="pass byte ids, e.g. helpers.data.load_corpus('test')")
+    seq = check_int("seq", seq, minimum=1, hint="bytes per window, e.g. 256 (at most the model's max_seq_len)")
+    if data.dim() != 1 or data.dtype.is_floating_point or data.dtype == torch.bool:
+        raise ValueError(f"data must be a 1-D tensor of byte ids, got {data.dtype} {tuple(data.shape)}.")
+    n = (len(data) - 1) // seq
+    if max_windows is not None:
+        n = min(n, check_int("max_windows", max_windows, hint="how many windows to score, or None for all"))
+    if n < 1:
+        raise ValueError(f"data holds {len(data)} bytes: fewer than one window of {seq} + 1.")
+    inner = getattr(model, "_orig_mod", model)
+    blocks = getattr(inner, "blocks", None)
+    if blocks is not None and len(blocks) and getattr(blocks[0].attn, "cache", None) is not None:
+        raise ValueError("bits_per_byte runs whole windows without a cache: call model.clear_cache() first.")
+    device = next(inner.parameters()).device
+    x = data[: n * seq].long().view(n, seq)
+    y = data[1 : n * seq + 1].long().view(n, seq)
+    pos = torch.arange(seq, device=device)
+    loss = 0.0
+    for xb, yb in zip(x.split(64), y.split(64), strict=True):
+        logits = model(xb.to(device), pos).float().flatten(0, 1)
+        loss += F.cross_entropy(logits, yb.to(device).flatten(), reduction="sum").item()
+    return loss / (n * seq) / math.log(2)
 
 
 def trained_lm(

@@ -70,18 +70,6 @@ def train(config: dict, steps: int, batch: int, lr: float, data: torch.Tensor, s
     return model.eval(), time.perf_counter() - start
 
 
-@torch.inference_mode()
-def bits_per_byte(model: llm.GPT, data: torch.Tensor, seq: int) -> float:
-    n = (len(data) - 1) // seq
-    x = data[: n * seq].long().view(n, seq)
-    y = data[1 : n * seq + 1].long().view(n, seq)
-    loss = sum(
-        F.cross_entropy(model(xb, torch.arange(seq)).flatten(0, 1), yb.flatten(), reduction="sum").item()
-        for xb, yb in zip(x.split(64), y.split(64), strict=True)
-    )
-    return loss / (n * seq) / math.log(2)
-
-
 def acceptance(target: llm.GPT, draft: llm.GPT, data: torch.Tensor, prompts: int, new: int, gamma: int = 4) -> dict:
     """Greedy speculative decoding of held-out prompts: the draft's acceptance rate (accepted / proposed), the
     per-proposal acceptance probability α (accepted / (accepted + rejected)) and tokens per target pass."""
@@ -132,7 +120,7 @@ def main() -> None:
             "window": seq,
             "peak_lr": lr,
             "train_seconds": round(seconds, 1),
-            "test_bits_per_byte": round(bits_per_byte(model, test_data, seq), 4),
+            "test_bits_per_byte": round(llm.bits_per_byte(model, test_data, seq), 4),
         }
         with atomic_path(out / f"lm_{name}.pt") as tmp:
             torch.save({k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}, tmp)

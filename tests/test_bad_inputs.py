@@ -553,6 +553,7 @@ def _cases():
             {"pos": "skippedpos"},
         ),
         (profiling.top_ops, (TRACE_DF,), {}, {"n": "posint"}),
+        (llm.bits_per_byte, (GPT, torch.arange(100) % 32), {"seq": 8}, {"data": "corpus", "seq": "posint"}),
         (results.reference_table, ("01_bottlenecks", "x"), {}, {"columns": "columnlist"}),
         (llm.decode, ([72, 105],), {}, {"ids": "byteids"}),
         (

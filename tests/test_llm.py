@@ -327,3 +327,21 @@ def test_an_empty_prompt_a_position_past_the_cache_and_an_inference_cache_outsid
         model.setup_cache("static", 1, 8)
         with pytest.raises(ValueError, match="past this static cache's 8 positions"):
             llm.decode_step(model, torch.ones(1, 1, dtype=torch.long), torch.tensor([9]))
+
+
+def test_bits_per_byte_of_a_uniform_guess_is_eight_and_the_shipped_draft_scores_what_training_measured():
+    from helpers.data import load_corpus
+
+    uniform = llm.GPT(llm.GPTConfig(vocab_size=256, n_layer=1, n_head=2, dim=16, max_seq_len=32)).eval()
+    torch.nn.init.zeros_(uniform.head.weight)  # every logit 0: each of the 256 bytes equally likely
+    data = torch.randint(0, 256, (200,), generator=torch.Generator().manual_seed(0))
+    assert llm.bits_per_byte(uniform, data, seq=32) == pytest.approx(8.0, abs=1e-6)
+    draft = llm.trained_lm("draft")
+    measured = llm.lm_metrics()["models"]["draft"]["test_bits_per_byte"]
+    assert llm.bits_per_byte(draft, load_corpus("test"), seq=256) == pytest.approx(measured, abs=1e-3)
+    assert llm.bits_per_byte(draft, load_corpus("test"), seq=64, max_windows=2) < 8.0  # a trained model beats a guess
+    draft.setup_cache("static", batch=1, max_len=8)
+    with pytest.raises(ValueError, match="clear_cache"):
+        llm.bits_per_byte(draft, data, seq=32)
+    with pytest.raises(ValueError, match="fewer than one window"):
+        llm.bits_per_byte(uniform, data[:10], seq=32)
