@@ -56,6 +56,7 @@ __all__ = [
     "cuda_graph",
     "lm_metrics",
     "bits_per_byte",
+    "batch_consistency",
     "encode",
     "decode",
 ]
@@ -859,6 +860,49 @@ def bits_per_byte(model: nn.Module, data: torch.Tensor, seq: int = 256, max_wind
         logits = model(xb.to(device), pos).float().flatten(0, 1)
         loss += F.cross_entropy(logits, yb.to(device).flatten(), reduction="sum").item()
     return loss / (n * seq) / math.log(2)
+
+
+@torch.inference_mode()
+def batch_consistency(
+    model: nn.Module,
+    prompt: torch.Tensor,
+    batch_sizes: Sequence[int] = (1, 8, 64),
+    forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    seed: int = 0,
+) -> dict[int, dict[str, float | bool]]:
+    """Is a request's answer independent of the batch it is served in? The logits of ``prompt`` (1 × T ids), run
+    as row 0 of batches of ``batch_sizes`` rows (the other rows random requests of the same length), against the
+    same prompt run alone. Per batch size: ``bitwise`` (every logit identical), ``max_abs_diff`` and
+    ``same_choices`` (the fraction of the T positions whose greedy choice is unchanged). ``forward(tokens)``
+    defaults to ``model(tokens, positions)`` without a cache; pass a compiled model's call to check it."""
+    check_instance("model", model, nn.Module, hint="pass a language model, e.g. trained_lm('target')")
+    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.shape[0] != 1 or prompt.shape[1] == 0:
+        raise ValueError("prompt must be one request of token ids, shape (1, T), e.g. encode('text').")
+    sizes = [check_int("batch_sizes[i]", b, hint="rows per batch, e.g. (1, 8, 64)") for b in batch_sizes]
+    if not sizes:
+        raise ValueError("batch_sizes is empty: pass the batch sizes to compare, e.g. (1, 8, 64).")
+    if forward is not None:
+        check_callable("forward", forward, hint="a function of the token batch, e.g. lambda x: compiled(x, pos)")
+    inner = getattr(model, "_orig_mod", model)
+    blocks = getattr(inner, "blocks", None)
+    if blocks is not None and len(blocks) and getattr(blocks[0].attn, "cache", None) is not None:
+        raise ValueError("batch_consistency runs whole requests without a cache: call model.clear_cache() first.")
+    length, device = prompt.shape[1], prompt.device
+    vocab = getattr(getattr(inner, "config", None), "vocab_size", 256)
+    pos = torch.arange(length, device=device)
+    run = forward or (lambda tokens: model(tokens, pos))
+    generator = torch.Generator().manual_seed(seed)
+    others = torch.randint(0, vocab, (max(sizes) - 1, length), generator=generator).to(device)
+    alone = run(prompt)[0].float()
+    out = {}
+    for b in sizes:
+        row = run(torch.cat([prompt, others[: b - 1]]))[0].float()
+        out[b] = {
+            "bitwise": bool(torch.equal(row, alone)),
+            "max_abs_diff": (row - alone).abs().max().item(),
+            "same_choices": (row.argmax(-1) == alone.argmax(-1)).float().mean().item(),
+        }
+    return out
 
 
 def trained_lm(

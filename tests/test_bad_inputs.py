@@ -554,6 +554,12 @@ def _cases():
         ),
         (profiling.top_ops, (TRACE_DF,), {}, {"n": "posint"}),
         (llm.bits_per_byte, (GPT, torch.arange(100) % 32), {"seq": 8}, {"data": "corpus", "seq": "posint"}),
+        (
+            llm.batch_consistency,
+            (GPT, torch.ones(1, 3, dtype=torch.long)),
+            {"batch_sizes": (1, 2)},
+            {"prompt": "gpttokens", "batch_sizes": "sizes", "forward": "callable?"},
+        ),
         (results.reference_table, ("01_bottlenecks", "x"), {}, {"columns": "columnlist"}),
         (llm.decode, ([72, 105],), {}, {"ids": "byteids"}),
         (

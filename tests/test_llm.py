@@ -345,3 +345,24 @@ def test_bits_per_byte_of_a_uniform_guess_is_eight_and_the_shipped_draft_scores_
         llm.bits_per_byte(draft, data, seq=32)
     with pytest.raises(ValueError, match="fewer than one window"):
         llm.bits_per_byte(uniform, data[:10], seq=32)
+
+
+def test_batch_consistency_compares_a_request_alone_with_the_same_request_in_batches(model):
+    prompt = torch.randint(0, CFG.vocab_size, (1, 6), generator=torch.Generator().manual_seed(3))
+    result = llm.batch_consistency(model, prompt, batch_sizes=(1, 4))
+    assert result[1]["bitwise"] and result[1]["max_abs_diff"] == 0.0 and result[1]["same_choices"] == 1.0
+    assert result[4]["max_abs_diff"] < 1e-4 and result[4]["same_choices"] == 1.0  # fp32: equal or within rounding
+
+    def row_by_row(tokens):  # batch-invariant by construction: every row runs alone
+        return torch.cat([model(tokens[i : i + 1], torch.arange(6)) for i in range(len(tokens))])
+
+    assert all(r["bitwise"] for r in llm.batch_consistency(model, prompt, (1, 4, 9), forward=row_by_row).values())
+
+    def leaky(tokens):  # a batch-dependent computation: each row's logits shifted by the batch's mean
+        logits = model(tokens, torch.arange(6))
+        return logits + 1e-3 * logits.mean(0, keepdim=True)
+
+    shifted = llm.batch_consistency(model, prompt, (1, 4), forward=leaky)
+    assert shifted[1]["bitwise"] and not shifted[4]["bitwise"] and shifted[4]["max_abs_diff"] > 0
+    with pytest.raises(ValueError, match="shape \\(1, T\\)"):
+        llm.batch_consistency(model, torch.ones(2, 3, dtype=torch.long))
