@@ -37,6 +37,7 @@ __all__ = [
     "GPTConfig",
     "GPT",
     "StaticKVCache",
+    "Int8KVCache",
     "DynamicKVCache",
     "PagedKVCache",
     "BlockTable",
@@ -159,6 +160,62 @@ class StaticKVCache(nn.Module):
     @property
     def empty(self) -> bool:
         return False  # it always holds max_len slots; the mask hides the ones not written yet
+
+
+class Int8KVCache(StaticKVCache):
+    """A static cache that stores keys and values in int8: each cached vector (one sequence, one head, one
+    position) with its own scale, its largest magnitude ÷ 127, kept in fp32. That is ``head_dim + 4`` bytes per
+    vector instead of ``4 × head_dim`` (fp32) or ``2 × head_dim`` (bf16), for one rounding of every cached value,
+    at most half a step of its scale (the per-token scheme of KIVI and of vLLM's int8/fp8 caches). ``update``
+    writes the new positions quantized and returns the cache dequantized to ``dtype``: written out in PyTorch, so
+    every step also reads and writes the whole cache in ``dtype`` once more; a fused attention kernel dequantizes
+    as it reads, which is where fewer bytes become less time."""
+
+    def __init__(
+        self,
+        batch: int,
+        n_head: int,
+        max_len: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(batch, n_head, max_len, head_dim, torch.int8, device)
+        self.out_dtype = dtype
+        shape = (batch, n_head, max_len, 1)
+        self.register_buffer("k_scale", torch.ones(shape, dtype=torch.float32, device=device), persistent=False)
+        self.register_buffer("v_scale", torch.ones(shape, dtype=torch.float32, device=device), persistent=False)
+
+    @staticmethod
+    def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` (..., head_dim) → int8 values and fp32 scales (..., 1); ``q * scale`` is within ``scale / 2``."""
+        x = x.float()
+        scale = x.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny) / 127
+        return torch.round(x / scale).clamp_(-127, 127).to(torch.int8), scale
+
+    def _dequantized(self, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        pick = (lambda t: t) if rows is None else (lambda t: t[rows])
+        return tuple(
+            (pick(q).float() * pick(s)).to(self.out_dtype) for q, s in ((self.k, self.k_scale), (self.v, self.v_scale))
+        )
+
+    def update(
+        self, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        (kq, ks), (vq, vs) = self.quantize(k), self.quantize(v)
+        if pos.dim() == 1 and slots is None:  # the whole batch at the same positions
+            for buffer, new in ((self.k, kq), (self.v, vq), (self.k_scale, ks), (self.v_scale, vs)):
+                buffer.index_copy_(2, pos, new)
+            return self._dequantized()
+        if slots is None and k.shape[0] != self.k.shape[0]:
+            raise ValueError(
+                f"{k.shape[0]} sequences for a cache of {self.k.shape[0]} rows: pass slots= (which rows they use)."
+            )
+        rows = torch.arange(k.shape[0], device=k.device) if slots is None else slots
+        where = (rows[:, None], slice(None), pos.expand(k.shape[0], -1))  # row r, every head, its own positions
+        for buffer, new in ((self.k, kq), (self.v, vq), (self.k_scale, ks), (self.v_scale, vs)):
+            buffer[where] = new.transpose(1, 2)
+        return self._dequantized(slots)
 
 
 class DynamicKVCache(nn.Module):
@@ -455,7 +512,12 @@ class GPT(nn.Module):
         position is written before a query can see it, and the mask hides the others."""
         cfg = self.config
         max_len = cfg.max_seq_len if max_len is None else max_len
-        check_choice("kind", kind, ("static", "dynamic"), hint="a KV cache is preallocated (static) or concatenated")
+        check_choice(
+            "kind",
+            kind,
+            ("static", "dynamic", "int8"),
+            hint="a KV cache is preallocated (static, or int8) or concatenated",
+        )
         _check_cache_args(batch, max_len, cfg.max_seq_len)
         current = self.blocks[0].attn.cache
         if (
@@ -467,10 +529,11 @@ class GPT(nn.Module):
         ):
             return
         for block in self.blocks:
+            sizes = (batch, cfg.kv_heads, max_len, cfg.head_dim, self.dtype, self.device)
             block.attn.cache = (
-                StaticKVCache(batch, cfg.kv_heads, max_len, cfg.head_dim, self.dtype, self.device)
-                if kind == "static"
-                else DynamicKVCache()
+                {"static": StaticKVCache, "int8": Int8KVCache}[kind](*sizes)
+                if kind != "dynamic"
+                else (DynamicKVCache())
             )
 
     def setup_paged_cache(self, num_blocks: int, block_size: int = 16) -> BlockTable:
@@ -493,6 +556,7 @@ class GPT(nn.Module):
             cache = block.attn.cache
             if cache is not None and cache.k is not None:
                 total += cache.k.nbytes + cache.v.nbytes
+                total += sum(getattr(cache, s).nbytes for s in ("k_scale", "v_scale") if hasattr(cache, s))
         return total
 
 

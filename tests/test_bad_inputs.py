@@ -562,11 +562,14 @@ def _cases():
         ),
         (results.reference_table, ("01_bottlenecks", "x"), {}, {"columns": "columnlist"}),
         (llm.decode, ([72, 105],), {}, {"ids": "byteids"}),
-        (
-            llm.StaticKVCache,
-            (1, 2, 8, 4),
-            {},
-            {"batch": "posint", "n_head": "posint", "max_len": "posint", "head_dim": "posint"},
+        *(
+            (
+                cache,
+                (1, 2, 8, 4),
+                {},
+                {"batch": "posint", "n_head": "posint", "max_len": "posint", "head_dim": "posint"},
+            )
+            for cache in (llm.StaticKVCache, llm.Int8KVCache)
         ),
         (llm_serving.make_requests, (torch.arange(300) % 256, 10.0, 1.0), {}, {"prompt_len": "lenpair"}),
         (Measurement, ((1e-3,) * 6,), {}, {"samples": "samplestuple"}),

@@ -366,3 +366,32 @@ def test_batch_consistency_compares_a_request_alone_with_the_same_request_in_bat
     assert shifted[1]["bitwise"] and not shifted[4]["bitwise"] and shifted[4]["max_abs_diff"] > 0
     with pytest.raises(ValueError, match="shape \\(1, T\\)"):
         llm.batch_consistency(model, torch.ones(2, 3, dtype=torch.long))
+
+
+def test_the_int8_kv_cache_rounds_each_value_within_half_its_scale():
+    x = (
+        torch.randn(2, 3, 5, 16, generator=torch.Generator().manual_seed(0))
+        * torch.tensor([1e-3, 1.0, 50.0])[:, None, None]
+    )
+    q, scale = llm.Int8KVCache.quantize(x)
+    assert q.dtype == torch.int8 and scale.shape == (2, 3, 5, 1)
+    assert ((q.float() * scale - x).abs() <= scale / 2 + 1e-7).all()  # one rounding, at most half a step
+    zeros, zero_scale = llm.Int8KVCache.quantize(torch.zeros(1, 1, 1, 4))
+    assert (zeros == 0).all() and torch.isfinite(zero_scale).all()  # an all-zero vector: no division by zero
+
+
+def test_attention_over_the_int8_cache_stays_close_to_the_full_precision_cache():
+    from helpers.data import load_corpus
+
+    target = llm.trained_lm("draft")
+    prompt = load_corpus("test")[:48].long()[None]
+    tokens, logits = llm.generate(target, prompt, 24, cache="static")
+    q_tokens, q_logits = llm.generate(target, prompt, 24, cache="int8", force=tokens)
+    assert isinstance(target.blocks[0].attn.cache, llm.Int8KVCache)
+    relative = ((q_logits - logits).norm() / logits.norm()).item()
+    assert relative < 0.02, relative  # int8 keys and values: the logits move by a small fraction
+    assert (q_tokens == tokens).float().mean() >= 0.9  # and greedy choices mostly stay
+    cfg = target.config
+    expected = 2 * cfg.n_layer * 1 * 72 * cfg.kv_heads * (cfg.head_dim + 4)  # int8 values + an fp32 scale per vector
+    assert target.cache_bytes() == expected
+    target.clear_cache()
