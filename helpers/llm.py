@@ -135,19 +135,24 @@ class StaticKVCache(nn.Module):
     def update(
         self, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if pos.dim() == 1 and slots is None:  # the whole batch at the same positions
-            self.k.index_copy_(2, pos, k)
-            self.v.index_copy_(2, pos, v)
-            return self.k, self.v
-        if slots is None and k.shape[0] != self.k.shape[0]:
-            raise ValueError(
-                f"{k.shape[0]} sequences for a cache of {self.k.shape[0]} rows: pass slots= (which rows they use)."
-            )
-        rows = torch.arange(k.shape[0], device=k.device) if slots is None else slots
-        where = (rows[:, None], slice(None), pos.expand(k.shape[0], -1))  # row r, every head, its own positions
-        self.k[where] = k.transpose(1, 2)
-        self.v[where] = v.transpose(1, 2)
+        self._write(pos, slots, ((self.k, k), (self.v, v)))
         return (self.k, self.v) if slots is None else (self.k[slots], self.v[slots])
+
+    def _write(
+        self, pos: torch.Tensor, slots: torch.Tensor | None, pairs: tuple[tuple[torch.Tensor, ...], ...]
+    ) -> None:
+        """Write each ``(buffer, new)`` of ``pairs`` (new: sequences × heads × T × …) at positions ``pos``."""
+        n = pairs[0][1].shape[0]
+        if pos.dim() == 1 and slots is None:  # the whole batch at the same positions
+            for buffer, new in pairs:
+                buffer.index_copy_(2, pos, new)
+            return
+        if slots is None and n != self.k.shape[0]:
+            raise ValueError(f"{n} sequences for a cache of {self.k.shape[0]} rows: pass slots= (which rows they use).")
+        rows = torch.arange(n, device=pos.device) if slots is None else slots
+        where = (rows[:, None], slice(None), pos.expand(n, -1))  # row r, every head, its own positions
+        for buffer, new in pairs:
+            buffer[where] = new.transpose(1, 2)
 
     def mask(self, pos: torch.Tensor) -> torch.Tensor:
         """Which cached positions each new token sees: every key at a position ≤ its own (the slots not
@@ -203,18 +208,7 @@ class Int8KVCache(StaticKVCache):
         self, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         (kq, ks), (vq, vs) = self.quantize(k), self.quantize(v)
-        if pos.dim() == 1 and slots is None:  # the whole batch at the same positions
-            for buffer, new in ((self.k, kq), (self.v, vq), (self.k_scale, ks), (self.v_scale, vs)):
-                buffer.index_copy_(2, pos, new)
-            return self._dequantized()
-        if slots is None and k.shape[0] != self.k.shape[0]:
-            raise ValueError(
-                f"{k.shape[0]} sequences for a cache of {self.k.shape[0]} rows: pass slots= (which rows they use)."
-            )
-        rows = torch.arange(k.shape[0], device=k.device) if slots is None else slots
-        where = (rows[:, None], slice(None), pos.expand(k.shape[0], -1))  # row r, every head, its own positions
-        for buffer, new in ((self.k, kq), (self.v, vq), (self.k_scale, ks), (self.v_scale, vs)):
-            buffer[where] = new.transpose(1, 2)
+        self._write(pos, slots, ((self.k, kq), (self.v, vq), (self.k_scale, ks), (self.v_scale, vs)))
         return self._dequantized(slots)
 
 
