@@ -9,6 +9,11 @@
   step finished sequences leave and waiting ones take their slots). ``chunk`` splits prompts into pieces of at
   most that many tokens, one piece per iteration (chunked prefill, as in Sarathi-Serve), so a long prompt does
   not stall every running sequence for its whole prefill.
+- ``serve(..., draft=, gamma=)``: speculative decoding inside the engine: at every iteration the draft proposes
+  ``gamma`` tokens for every slot (batched draft steps) and the target checks all of them in one pass over
+  ``slots × (gamma + 1)`` tokens; each sequence keeps its own agreeing prefix plus the target's next token, so
+  its tokens are still exactly the target's greedy ones. It pays while that pass costs about one step, i.e. while
+  the batch is memory-bound (notebook 13, §6).
 - :func:`serve_live`: the same continuous-batching engine for requests that arrive *while* it runs (from another
   thread, through a queue), with a call when each request's first token and its last are ready: what a load
   generator that owns the clock, such as MLPerf's LoadGen (``helpers.mlperf``), needs.
@@ -113,7 +118,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 class EngineRun:
     """One run of :func:`serve`: the traces (in request order), the iteration log (``start``, ``seconds``,
     ``decoding`` sequences, ``prefill_tokens``, ``live`` sequences and the ``lengths`` (positions) each holds in
-    the cache) and the settings."""
+    the cache; with a draft also ``proposed``, ``accepted`` and ``emitted`` tokens) and the settings (``gamma``
+    0: no speculation)."""
 
     policy: str
     slots: int
@@ -121,6 +127,7 @@ class EngineRun:
     traces: list[Trace]
     iterations: list[dict[str, float]]
     seconds: float
+    gamma: int = 0
 
     def summary(self, ttft_target: float = 1.0, tpot_target: float = 0.05) -> dict[str, float]:
         """p50/p99 of TTFT, TPOT, inter-token latency and end-to-end (seconds), output tokens/s over the run,
@@ -139,6 +146,11 @@ class EngineRun:
         row["goodput"] = met / self.seconds
         row["met"] = met / len(self.traces)
         row["mean_decoding"] = float(np.mean([it["decoding"] for it in self.iterations if it["decoding"]] or [0]))
+        if self.gamma:  # speculation: the draft's acceptance rate and the tokens a sequence got per target pass
+            rounds = [it for it in self.iterations if "proposed" in it]
+            row["gamma"] = self.gamma
+            row["acceptance"] = sum(it["accepted"] for it in rounds) / max(1, sum(it["proposed"] for it in rounds))
+            row["tokens_per_pass"] = sum(it["emitted"] for it in rounds) / max(1, sum(it["decoding"] for it in rounds))
         return row
 
 
@@ -207,6 +219,8 @@ def serve(
     max_wait: float = 0.05,
     max_len: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    draft: GPT | None = None,
+    gamma: int = 4,
 ) -> EngineRun:
     """Serve ``requests`` as they arrive (real time) and return an :class:`EngineRun` (see the module docstring).
 
@@ -214,7 +228,11 @@ def serve(
     :func:`helpers.llm.decode_step`; a compiled one keeps one shape). ``max_wait``: how long the static scheduler
     waits for a full batch after its first request arrived. ``max_len``: positions per slot (default the model's
     ``max_seq_len``): one cache shape for every run, so a compiled step compiles once. One step runs before the
-    clock starts (warm-up)."""
+    clock starts (warm-up).
+
+    ``draft``: a smaller :class:`helpers.llm.GPT` of the same vocabulary for speculative decoding (continuous
+    batching only; ``step`` is then unused: the draft and the target run eagerly), ``gamma`` tokens proposed per
+    sequence per iteration. A slot then needs ``gamma`` positions more than its longest request."""
     check_instance("model", model, GPT, hint="pass a helpers.llm.GPT, e.g. helpers.llm.trained_lm('target')")
     check_choice("policy", policy, ("continuous", "static"), hint="iteration-level or request-level batching")
     check_int("slots", slots, maximum=4096, hint="pass how many sequences the cache holds at once, e.g. 8")
@@ -231,17 +249,37 @@ def serve(
         if not r.prompt or min(r.prompt) < 0 or max(r.prompt) >= model.config.vocab_size:
             raise ValueError(f"request {r.id}: its prompt must be token ids in 0…{model.config.vocab_size - 1}.")
     longest = max(len(r.prompt) + r.max_new for r in requests)
+    if draft is not None:
+        _check_draft(model, draft, gamma, policy, max_len)
+        longest += gamma  # the last check of a sequence scores gamma positions past its last token
     if longest > max_len:
         raise ValueError(f"a request needs {longest} positions; a slot holds {max_len}: raise max_len or shorten it.")
     step = decode_step if step is None else step
     check_callable("step", step, hint="pass a decode step like helpers.llm.decode_step (or a compiled one)")
     with torch.inference_mode():
-        return _Engine(model, requests, policy, slots, chunk, step, max_wait, clock, max_len).run()
+        engine = _Engine(model, requests, policy, slots, chunk, step, max_wait, clock, max_len, draft, gamma)
+        return engine.run()
+
+
+def _check_draft(model: GPT, draft: GPT, gamma: int, policy: str, max_len: int) -> None:
+    check_instance("draft", draft, GPT, hint="pass a smaller helpers.llm.GPT that shares the target's tokens")
+    check_int("gamma", gamma, maximum=64, hint="the draft proposes gamma tokens per iteration, e.g. 4")
+    if draft is model:
+        raise ValueError("draft is the target itself: pass a smaller model (or an int8 copy) as the draft.")
+    if draft.config.vocab_size != model.config.vocab_size or draft.device != model.device:
+        raise ValueError("the draft must share the target's vocabulary and device.")
+    if policy != "continuous":
+        raise ValueError("speculative decoding runs in the continuous engine: pass policy='continuous' with draft=.")
+    if max_len > draft.config.max_seq_len:
+        raise ValueError(f"max_len={max_len} is more positions than the draft holds ({draft.config.max_seq_len}).")
 
 
 class _Engine:
-    def __init__(self, model, requests, policy, slots, chunk, step, max_wait, clock, max_len) -> None:  # noqa: ANN001
+    def __init__(  # noqa: ANN001
+        self, model, requests, policy, slots, chunk, step, max_wait, clock, max_len, draft=None, gamma=0
+    ) -> None:
         self.model, self.policy, self.n, self.chunk, self.step = model, policy, slots, chunk, step
+        self.draft, self.gamma = draft, gamma
         self.max_wait, self.clock = max_wait, clock
         self.traces = [Trace(r) for r in requests]
         self.arriving = deque(sorted(self.traces, key=lambda t: t.request.arrival))
@@ -252,7 +290,13 @@ class _Engine:
         model.setup_cache("static", slots, max_len)
         self.tokens = torch.zeros(slots, 1, dtype=torch.long, device=device)
         self.pos = torch.zeros(slots, 1, dtype=torch.long, device=device)
-        step(model, self.tokens, self.pos)  # warm-up (a compiled step compiles here, not inside the timed run)
+        if draft is None:
+            step(model, self.tokens, self.pos)  # warm-up (a compiled step compiles here, not inside the timed run)
+        else:
+            draft.setup_cache("static", slots, max_len)
+            self.before = torch.zeros_like(self.tokens)  # each sequence's token before its last: the draft's catch-up
+            self.speculate(torch.zeros(slots, 1, dtype=torch.bool, device=device))  # warm-up: every shape once
+            self.pos.zero_()
 
     def now(self) -> float:
         return self.clock() - self.start
@@ -269,7 +313,7 @@ class _Engine:
                 self.iterate()
             else:
                 time.sleep(0.0005)  # the static scheduler waits for its batch to fill
-        return EngineRun(self.policy, self.n, self.chunk, self.traces, self.iterations, self.now())
+        return EngineRun(self.policy, self.n, self.chunk, self.traces, self.iterations, self.now(), self.gamma)
 
     def admit(self) -> bool:
         """Move queued requests into free slots; say whether there is work for an iteration."""
@@ -298,10 +342,16 @@ class _Engine:
             slot.filled += len(piece)
             budget, prefilled = budget - len(piece), prefilled + len(piece)
             self.pos[s, 0] = slot.filled  # the next write: a decode step's garbage lands where the prompt goes
+            if self.draft is not None:  # the draft reads the prompt too, into the same row of its own cache
+                self.draft(ids, at, slots=torch.tensor([s], device=ids.device))
+                self.before[s, 0] = piece[-1]
             if slot.decoding:
                 self.emit(s, int(logits.argmax(-1)))
         live = [s for s, slot in enumerate(self.slots) if slot is not None and slot.decoding and not slot.done]
-        if live:  # one decode step over every row (one shape); rows not live compute too, and are ignored
+        counts = {}
+        if live and self.draft is not None:
+            counts = self.speculative_round(live)
+        elif live:  # one decode step over every row (one shape); rows not live compute too, and are ignored
             nxt = self.step(self.model, self.tokens, self.pos).argmax(-1)
             chosen, t = nxt.tolist(), self.now()
             self.tokens.copy_(nxt[:, None])
@@ -317,9 +367,47 @@ class _Engine:
                 "prefill_tokens": prefilled,
                 "lengths": lengths,
                 "live": sum(slot is not None for slot in self.slots),
+                **counts,
             }
         )
         self.retire()
+
+    def speculate(self, live: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One round over every row (one shape whatever is live): the draft catches up on the row's last two
+        tokens and proposes ``gamma``; the target scores its last token and the proposals in one pass. Returns the
+        proposals (slots × gamma), the target's choices (slots × (gamma + 1)) and how many proposals each row
+        keeps (slots × 1). Rows not live write their garbage at and past their next position, where their prompt
+        or their next token is written before any query can see it (the mask hides later positions)."""
+        g, pos = self.gamma, self.pos
+        start = pos - live.long()  # live rows re-read their previous token (at pos - 1) with their last (at pos)
+        pair = torch.cat([torch.where(live, self.before, self.tokens), self.tokens], 1)
+        logits = self.draft(pair, torch.cat([start, start + 1], 1))[:, -1:]
+        proposal = [logits.argmax(-1)]
+        for i in range(1, g):
+            proposal.append(decode_step(self.draft, proposal[-1], pos + i).argmax(-1, keepdim=True))
+        proposal = torch.cat(proposal, 1)
+        check = torch.cat([self.tokens, proposal], 1)
+        choice = self.model(check, pos + torch.arange(g + 1, device=pos.device)).argmax(-1)
+        kept = (proposal == choice[:, :g]).long().cumprod(1).sum(1, keepdim=True)  # each row's agreeing prefix
+        return proposal, choice, kept
+
+    def speculative_round(self, live: list[int]) -> dict[str, int]:
+        mask = torch.zeros(self.n, 1, dtype=torch.bool, device=self.tokens.device)
+        mask[live] = True
+        proposal, choice, kept = self.speculate(mask)
+        checked = torch.cat([self.tokens, proposal], 1)
+        self.before.copy_(torch.where(mask, checked.gather(1, kept), self.before))  # the token before the new last
+        proposals, choices, ks, t = proposal.tolist(), choice.tolist(), kept[:, 0].tolist(), self.now()
+        emitted = 0
+        for s in live:
+            k = ks[s]
+            trace = self.slots[s].trace
+            room = trace.request.max_new - len(trace.tokens)
+            for token in (proposals[s][:k] + [choices[s][k]])[:room]:
+                self.emit(s, token, t)  # a round's tokens are ready together, at its end
+                emitted += 1
+            self.pos[s, 0] += k + 1
+        return {"proposed": self.gamma * len(live), "accepted": sum(ks[s] for s in live), "emitted": emitted}
 
     def emit(self, s: int, token: int, t: float | None = None) -> None:
         trace = self.slots[s].trace

@@ -101,6 +101,8 @@ UNCACHED_GPT = llm.GPT(llm.GPTConfig(vocab_size=16, dim=8, n_layer=1, n_head=2, 
 DYNAMIC_CACHE = llm.DynamicKVCache()  # holds 2 positions: the next is 2
 DYNAMIC_CACHE.update(torch.arange(2), torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 2, 4))
 REQUEST = llm_serving.Request(0, 1.0, (1, 2), 2)
+NOW_REQUEST = llm_serving.Request(0, 0.0, (1, 2), 2)  # arrives at once: a probe of serve does not wait
+TINY_DRAFT = llm.GPT(llm.GPTConfig(vocab_size=16, dim=8, n_layer=1, n_head=2, max_seq_len=8), seed=1).eval()
 
 
 def _rf():
@@ -579,6 +581,12 @@ def _cases():
         (timing.plan, ([1e-3], 1.0), {}, {"estimates": "nonnegfloats", "remaining": "remaining", "number": "posint?"}),
         (fusion.kernel_excerpt, ("def kernel(): pass",), {}, {"code": "code", "max_lines": "posint"}),
         (llm.BlockTable(8, 4).reserve, ("seq", 4), {}, {"length": "posint"}),
+        (
+            llm_serving.serve,
+            (TINY_GPT, [NOW_REQUEST]),
+            {"draft": TINY_DRAFT, "gamma": 2, "slots": 2},
+            {"draft": "model?", "gamma": "posint", "slots": "posint"},
+        ),
         (llm.encode, ("hi",), {}, {"text": "emptytext"}),
         (pipeline.wait_for_children, (), {"timeout": 0.1}, {"timeout": "nonneg"}),
         (roofline.cap_at_datasheet, (_rf(), {"fp32": 1e12}), {}, {"peaks": "peaks"}),

@@ -1,7 +1,8 @@
 """Notebook 13's machinery: per-sequence positions and grouped-query attention give the same tokens as
 one-at-a-time generation; a paged KV cache attends exactly as a contiguous one and shares and frees its blocks;
-speculative decoding returns the target's greedy tokens; both schedulers serve every request the tokens it
-would get alone, on their own timelines; and the training script trains a toy pair that loads and verifies."""
+speculative decoding returns the target's greedy tokens, alone and inside the engine; both schedulers serve every
+request the tokens it would get alone, on their own timelines; and the training script trains a toy pair that
+loads and verifies."""
 
 import json
 import math
@@ -176,6 +177,43 @@ def test_every_scheduler_serves_the_tokens_each_request_gets_alone(policy, chunk
     row = run.summary(ttft_target=10.0, tpot_target=10.0)
     assert row["met"] == 1.0 and row["goodput"] == pytest.approx(5 / run.seconds)
     assert run.summary(ttft_target=1e-9, tpot_target=1e-9)["met"] == 0.0
+
+
+@pytest.mark.parametrize(("draft_kind", "chunk"), [("copy", None), ("other", None), ("other", 4)])
+def test_speculation_in_the_engine_serves_the_tokens_each_request_gets_alone(draft_kind, chunk):
+    """A draft that always agrees (a copy: every round keeps all gamma proposals, the two-token catch-up) and one
+    that rarely does (another random model): either way every request gets exactly its greedy tokens alone."""
+    import copy
+
+    model = llm.GPT(GQA).eval()
+    draft = copy.deepcopy(model) if draft_kind == "copy" else llm.GPT(MHA, seed=1).eval()
+    reqs = requests_for((5, 17, 3, 9, 30), (6, 2, 9, 1, 12), (0.0,) * 5)
+    run = llm_serving.serve(model, reqs, slots=2, chunk=chunk, draft=draft, gamma=3)
+    for trace in run.traces:
+        r = trace.request
+        assert trace.tokens == llm.generate(model, torch.tensor([r.prompt]), r.max_new)[0][0].tolist(), r.id
+    row = run.summary()
+    rounds = [it for it in run.iterations if "proposed" in it]
+    assert rounds and all(0 <= it["accepted"] <= it["proposed"] == 3 * it["decoding"] for it in rounds)
+    assert row["gamma"] == 3 and 1.0 <= row["tokens_per_pass"] <= 4.0
+    if draft_kind == "copy":  # the same weights: its proposals are the target's choices
+        assert row["acceptance"] > 0.9 and row["tokens_per_pass"] > 3.0
+    # every token a request got was counted once: emitted in rounds, or the first from its prefill
+    assert sum(it["emitted"] for it in rounds) + len(reqs) == sum(len(t.tokens) for t in run.traces)
+
+
+def test_speculation_in_the_engine_needs_room_and_a_real_draft():
+    model, draft = llm.GPT(GQA).eval(), llm.GPT(MHA, seed=1).eval()
+    reqs = requests_for((80,), (14,), (0.0,))  # 94 of 96 positions: no room for gamma = 3 more
+    with pytest.raises(ValueError, match="positions"):
+        llm_serving.serve(model, reqs, draft=draft, gamma=3)
+    llm_serving.serve(model, reqs, draft=draft, gamma=2)  # exactly to the last position
+    with pytest.raises(ValueError, match="target itself"):
+        llm_serving.serve(model, reqs, draft=model, gamma=2)
+    with pytest.raises(ValueError, match="continuous"):
+        llm_serving.serve(model, reqs, policy="static", draft=draft, gamma=2)
+    with pytest.raises(ValueError, match="vocabulary"):
+        llm_serving.serve(model, reqs, draft=llm.GPT(llm.GPTConfig(vocab_size=32, n_layer=1, n_head=2, dim=8)))
 
 
 def test_a_slow_engine_does_not_delay_arrivals_it_queues_them():

@@ -126,7 +126,8 @@ def _code(name: str) -> str:
 
 def test_load_comparisons_use_one_arrival_trace_per_load():
     """12 seeds every load run by its rate, so 1 and 2 replicas (and every batch setting) are sent the same arrival
-    trace at a rate; 13 makes a load's requests once, before every policy serves them."""
+    trace at a rate; 13 makes a load's requests once, before every policy serves them, and one trace per slot count
+    for speculation under load."""
     import ast
 
     tree = ast.parse(_code("12_serving"))
@@ -145,6 +146,12 @@ def test_load_comparisons_use_one_arrival_trace_per_load():
     assert "make_requests" in ast.unparse(first), "13 must make a load's requests first, once"
     assert inner and "POLICIES" in ast.unparse(inner[0].iter), "then every policy must serve those requests"
     assert "requests" in ast.unparse(inner[0].body[0]), "each policy's run must serve the load's one set of requests"
+    # speculation under load: one trace per slot count, made before the runs without and with each gamma serve it
+    spec = next(n for n in ast.walk(tree) if isinstance(n, ast.For) and ast.unparse(n.iter) == "SPEC_SLOTS")
+    made = [i for i, n in enumerate(spec.body) if "make_requests" in ast.unparse(n)]
+    timed = [i for i, n in enumerate(spec.body) if "interleaved(" in ast.unparse(n)]
+    assert made and timed and made[0] < timed[0], "13 must make a slot count's trace once, before timing"
+    assert "serve(spec_target, spec_trace," in ast.unparse(spec), "every candidate must serve that one trace"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
