@@ -279,7 +279,7 @@ class _Engine:
         self, model, requests, policy, slots, chunk, step, max_wait, clock, max_len, draft=None, gamma=0
     ) -> None:
         self.model, self.policy, self.n, self.chunk, self.step = model, policy, slots, chunk, step
-        self.draft, self.gamma = draft, gamma
+        self.draft, self.gamma = draft, gamma if draft is not None else 0  # 0: no speculation
         self.max_wait, self.clock = max_wait, clock
         self.traces = [Trace(r) for r in requests]
         self.arriving = deque(sorted(self.traces, key=lambda t: t.request.arrival))
@@ -407,6 +407,7 @@ class _Engine:
                 self.emit(s, token, t)  # a round's tokens are ready together, at its end
                 emitted += 1
             self.pos[s, 0] += k + 1
+        # accepted counts what the target agreed with, even past a request's last token: the draft's acceptance
         return {"proposed": self.gamma * len(live), "accepted": sum(ks[s] for s in live), "emitted": emitted}
 
     def emit(self, s: int, token: int, t: float | None = None) -> None:

@@ -196,6 +196,9 @@ def test_speculation_in_the_engine_serves_the_tokens_each_request_gets_alone(dra
     rounds = [it for it in run.iterations if "proposed" in it]
     assert rounds and all(0 <= it["accepted"] <= it["proposed"] == 3 * it["decoding"] for it in rounds)
     assert row["gamma"] == 3 and 1.0 <= row["tokens_per_pass"] <= 4.0
+    plain = llm_serving.serve(model, reqs, slots=2, chunk=chunk, gamma=3)  # no draft: gamma is not used
+    assert plain.gamma == 0 and "acceptance" not in plain.summary()
+    assert [t.tokens for t in plain.traces] == [t.tokens for t in run.traces]
     if draft_kind == "copy":  # the same weights: its proposals are the target's choices
         assert row["acceptance"] > 0.9 and row["tokens_per_pass"] > 3.0
     # every token a request got was counted once: emitted in rounds, or the first from its prefill
@@ -207,7 +210,7 @@ def test_speculation_in_the_engine_needs_room_and_a_real_draft():
     reqs = requests_for((80,), (14,), (0.0,))  # 94 of 96 positions: no room for gamma = 3 more
     with pytest.raises(ValueError, match="positions"):
         llm_serving.serve(model, reqs, draft=draft, gamma=3)
-    llm_serving.serve(model, reqs, draft=draft, gamma=2)  # exactly to the last position
+    llm_serving.serve(model, reqs, draft=draft, gamma=2)  # the most the check allows (as for a plain run)
     with pytest.raises(ValueError, match="target itself"):
         llm_serving.serve(model, reqs, draft=model, gamma=2)
     with pytest.raises(ValueError, match="continuous"):
