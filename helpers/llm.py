@@ -6,7 +6,7 @@ every cost in decoding can be read off it:
 - ``GPT(config)``: token + position embeddings, ``n_layer`` blocks, a final norm and an output projection.
 - ``model(tokens, pos)`` runs ``tokens`` (batch × T) at absolute positions ``pos`` (T,) and returns logits for
   every position. Without a cache the T tokens attend causally to each other (the recompute-everything way).
-- ``model.setup_cache("dynamic" | "static", batch, max_len)`` gives every attention layer a KV cache:
+- ``model.setup_cache("dynamic" | "static" | "int8", batch, max_len)`` gives every attention layer a KV cache:
   ``DynamicKVCache`` grows by concatenation (new shapes every step: what a first implementation writes);
   ``StaticKVCache`` is preallocated to ``max_len`` and written in place at ``pos`` (fixed shapes: what
   ``torch.compile`` and CUDA graphs need; gpt-fast's design). ``model.clear_cache()`` removes them.
@@ -171,7 +171,8 @@ class Int8KVCache(StaticKVCache):
     """A static cache that stores keys and values in int8: each cached vector (one sequence, one head, one
     position) with its own scale, its largest magnitude ÷ 127, kept in fp32. That is ``head_dim + 4`` bytes per
     vector instead of ``4 × head_dim`` (fp32) or ``2 × head_dim`` (bf16), for one rounding of every cached value,
-    at most half a step of its scale (the per-token scheme of KIVI and of vLLM's int8/fp8 caches). ``update``
+    at most half a step of its scale (a scale per token and head, as KIVI does for values; vLLM's fp8 cache uses
+    coarser, per-tensor scales). ``update``
     writes the new positions quantized and returns the cache dequantized to ``dtype``: written out in PyTorch, so
     every step also reads and writes the whole cache in ``dtype`` once more; a fused attention kernel dequantizes
     as it reads, which is where fewer bytes become less time."""
@@ -499,7 +500,8 @@ class GPT(nn.Module):
 
     def setup_cache(self, kind: str, batch: int = 1, max_len: int | None = None) -> None:
         """Give every attention layer a KV cache: ``"static"`` (preallocated to ``max_len``, default the
-        model's ``max_seq_len``, in the model's dtype and device) or ``"dynamic"`` (grown by concatenation).
+        model's ``max_seq_len``, in the model's dtype and device), ``"int8"`` (the same, stored in int8:
+        :class:`Int8KVCache`) or ``"dynamic"`` (grown by concatenation).
 
         A static cache of the same shape, dtype and device is kept, not reallocated (as gpt-fast does): its
         buffers keep their addresses, which a CUDA graph recorded on them needs. It needs no zeroing: every
@@ -678,8 +680,8 @@ def generate(
     max_len: int | None = None,
     force: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy decoding with a KV cache (``"static"`` or ``"dynamic"``): the prompt is prefilled once, then one
-    token per step. ``step`` replaces :func:`decode_step` (e.g. a compiled one, or :func:`greedy_step`, which
+    """Greedy decoding with a KV cache (``"static"``, ``"int8"`` or ``"dynamic"``): the prompt is prefilled once,
+    then one token per step. ``step`` replaces :func:`decode_step` (e.g. a compiled one, or :func:`greedy_step`, which
     returns the next token with the logits). Returns ``(tokens, logits)``
     like :func:`generate_uncached`. A static cache stays on the model for the next request of the same shape
     (``model.clear_cache()`` frees it); a dynamic one is removed.

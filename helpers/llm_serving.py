@@ -12,8 +12,8 @@
 - ``serve(..., draft=, gamma=)``: speculative decoding inside the engine: at every iteration the draft proposes
   ``gamma`` tokens for every slot (batched draft steps) and the target checks all of them in one pass over
   ``slots × (gamma + 1)`` tokens; each sequence keeps its own agreeing prefix plus the target's next token, so
-  its tokens are still exactly the target's greedy ones. It pays while that pass costs about one step, i.e. while
-  the batch is memory-bound (notebook 13, §6).
+  its tokens are still exactly the target's greedy ones. It can pay only while a round costs fewer plain steps
+  than the tokens it yields, which needs the check to stay memory-bound and the draft to be cheap (notebook 13, §6).
 - :func:`serve_live`: the same continuous-batching engine for requests that arrive *while* it runs (from another
   thread, through a queue), with a call when each request's first token and its last are ready: what a load
   generator that owns the clock, such as MLPerf's LoadGen (``helpers.mlperf``), needs.
