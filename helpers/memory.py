@@ -172,7 +172,7 @@ if how == "meta + assign":  # the module is built without memory; the loaded ten
 else:
     model = torchvision.models.resnet18()
 mark("model built")
-state = torch.load(path, weights_only=True, mmap=how != "torch.load")
+state = torch.load(path, weights_only=True, mmap=how != "torch.load", map_location="cpu")  # a CPU model
 mark("state dict loaded")  # both copies alive: the model's weights and the loaded tensors
 model.load_state_dict(state, assign=how == "meta + assign")
 del state
