@@ -14,7 +14,7 @@ LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 # extra JupyterLab options, e.g. make lab LAB_ARGS="--no-browser --ip=0.0.0.0"
 LAB_ARGS ?=
 
-.PHONY: hub no-npm setup lab test test-helpers test-notebooks lint format full-run html data trt clean
+.PHONY: hub no-npm setup lab test test-helpers test-notebooks test-site site site-setup browser lint format full-run html data trt clean
 
 # The proxy JupyterHub needs (`make hub`, Node.js), pinned in hub/package-lock.json: installed when npm is there;
 # a failed install is said and retried by the next set-up (its stamp is written only on success).
@@ -58,28 +58,54 @@ hub: setup
 
 # Lint, and the layout ruff format gives (notebooks are linted, not reformatted: pyproject.toml says why).
 lint: setup
-	$(BIN)/ruff check helpers tests scripts notebooks hub
-	$(BIN)/ruff format --check helpers tests scripts notebooks hub
+	$(BIN)/ruff check helpers tests scripts notebooks hub website
+	$(BIN)/ruff format --check helpers tests scripts notebooks hub website
 
 # Apply the layout `make lint` checks.
 format: setup
-	$(BIN)/ruff format helpers tests scripts notebooks hub
+	$(BIN)/ruff format helpers tests scripts notebooks hub website
 
 # Their compile caches and records go to outputs/test too, not into the cache and results `make lab` uses.
 test-helpers: setup
-	COURSE_MODE=quick COURSE_OUTPUTS=$(CURDIR)/outputs/test $(BIN)/python -m pytest --durations=5 -m "not notebook" tests
+	COURSE_MODE=quick COURSE_OUTPUTS=$(CURDIR)/outputs/test $(BIN)/python -m pytest --durations=5 -m "not notebook and not site" tests
 
 # Every notebook in a Jupyter kernel through scripts/execute.py (papermill), then its stderr held to the
 # allow-list; records, compile caches and the executed copies (outputs/test/executed) go to outputs/test.
 test-notebooks: setup
 	COURSE_MODE=quick COURSE_OUTPUTS=$(CURDIR)/outputs/test $(BIN)/python -m pytest --durations=0 -m notebook tests/test_notebook_runs.py
 
-# What CI runs (.ci/run): lint, the helpers' unit tests, then every notebook in quick mode.
-test: lint test-helpers test-notebooks
+# The course website from the executed copies test-notebooks left in outputs/test/executed, checked in headless
+# Chromium (tests/test_site.py): the landing page, two notebook pages and their plots, the offline search.
+test-site: site-setup browser
+	COURSE_MODE=quick COURSE_OUTPUTS=$(CURDIR)/outputs/test $(BIN)/python -m pytest --durations=5 -m site tests/test_site.py
+
+# What CI runs (.ci/run): lint, the helpers' unit tests, every notebook in quick mode, then the website built from
+# those runs and checked in a browser.
+test: lint test-helpers test-notebooks test-site
 
 # Every notebook in full mode, executed copies and results written to OUT (default outputs/full-run).
 full-run: setup
 	$(BIN)/python scripts/full_run.py $(or $(OUT),outputs/full-run)
+
+# The course website (outputs/site/README.html): Sphinx + myst-nb over the executed copies of `make full-run`
+# (EXECUTED=outputs/test/executed for the quick copies `make test` leaves); requirements-site.txt, offline.
+site: site-setup
+	$(BIN)/python scripts/build_site.py $(if $(EXECUTED),--executed $(EXECUTED)) $(if $(OUT),--out $(OUT))
+
+SITE_STAMP := $(VENV)/.site-installed
+site-setup: $(SITE_STAMP)
+$(SITE_STAMP): requirements-site.txt $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-site.txt
+	@touch $@
+
+# Headless Chromium and its driver for the site's browser check: Debian's packages, installed when missing on a
+# Debian/Ubuntu machine where this runs as root (CI); elsewhere the check is a named skip (install them yourself).
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's chromium and chromium-driver for the site's browser check"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else echo "no Chromium: the site's browser check will be skipped (apt-get install chromium chromium-driver)"; fi
 
 # HTML handouts with outputs, one per notebook, in outputs/html (MODE=quick for a fast set; full by default).
 html: setup

@@ -65,11 +65,34 @@ def execute(
     except Exception as exc:  # a dead kernel, a time-out: record it, the caller goes on
         status, error = "failed", f"{type(exc).__name__}: {exc}"
     if partial.exists():
+        nb = nbformat.read(partial, as_version=4)
+        nb.metadata["course"] = where_it_ran(parameters, status)  # the course website says where and when
+        nbformat.write(nb, partial)
         os.replace(partial, dst)  # the finished (or cut-short) copy replaces the old one in one step
-        nb = nbformat.read(dst, as_version=4)
     else:  # papermill failed before writing anything (a notebook it cannot read)
         nb = nbformat.read(path, as_version=4)
     return Executed(status, error, nb, dst)
+
+
+def where_it_ran(parameters: dict[str, object] | None, status: str) -> dict[str, object]:
+    """The machine, date, mode and outcome of a run, kept in the executed copy's metadata (``course``): the
+    course website (scripts/build_site.py) prints them at the top of each page. The kernel ran on this machine."""
+    import datetime
+
+    from helpers.device import environment_report
+
+    env = environment_report()
+    mode = str((parameters or {}).get("MODE") or os.environ.get("COURSE_MODE") or "full")
+    return {
+        "machine_id": env["machine_id"],
+        "cpu": env["cpu"],
+        "usable_cpus": env["usable_cpus"],
+        "gpu": env.get("gpu"),
+        "torch": env["torch"],
+        "mode": mode,
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+        "status": status,
+    }
 
 
 def stderr_lines(nb: object) -> list[tuple[int, str]]:

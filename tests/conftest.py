@@ -13,8 +13,9 @@ matplotlib.use("Agg")
 @pytest.fixture(autouse=True)
 def _isolated_outputs(request, tmp_path, monkeypatch):
     """Every test writes its results under its own temporary outputs folder, never into outputs/. A notebook
-    run keeps the COURSE_OUTPUTS `make test` set (outputs/test), so its compile caches serve the next run."""
-    if request.node.get_closest_marker("notebook") is None:
+    run keeps the COURSE_OUTPUTS `make test` set (outputs/test), so its compile caches serve the next run; the site
+    test reads the executed copies the notebook runs left there."""
+    if request.node.get_closest_marker("notebook") is None and request.node.get_closest_marker("site") is None:
         monkeypatch.setenv("COURSE_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.setenv("COURSE_MODE", "quick")
     from helpers import modes

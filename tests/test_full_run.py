@@ -49,6 +49,12 @@ def test_full_run_executes_collects_and_reports_failures(tmp_path, executor):
     executed = nbformat.read(out / "executed" / "00_ok.ipynb", as_version=4)
     texts = "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in executed.cells[0].outputs)
     assert "ran True" in texts and "3" in texts and "source def f(x):" in texts
+    if executor == "kernel":  # the course's executor says where and how the copy ran (the website shows it)
+        course = executed.metadata["course"]
+        assert course["machine_id"] == summary["environment"]["machine_id"] and course["mode"] == "quick"
+        assert course["status"] == "ok" and course["date"] and course["torch"]
+        broken = nbformat.read(out / "executed" / "01_broken.ipynb", as_version=4).metadata["course"]
+        assert broken["status"] == "failed"
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(records) == 1 and records[0]["notebook"] == "00_ok" and records[0]["mode"] == "quick"
 

@@ -1,0 +1,137 @@
+"""Build the course website: a static site, offline, with Sphinx and myst-nb (requirements-site.txt).
+
+    scripts/build_site.py [--executed DIR] [--out DIR]
+
+Pages: the README (landing page), one page per notebook showing an executed copy the course's executor made
+(scripts/execute.py; `make full-run` writes full-mode copies, `make test-notebooks` quick-mode ones), TEACHING.md,
+and the Markdown files they link to. At the top of each notebook page: where and when the copy ran (kept in its
+metadata by the executor), its mode, and the minutes TEACHING.md plans for it. Nothing is executed here.
+Sphinx runs with warnings as errors: a link to a page or heading that does not exist fails the build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+LINK = re.compile(r"\]\(([^)\s#]+\.md)(?:#[^)]*)?\)")  # Markdown links to .md files: staged with the pages
+
+
+def notebook_names() -> list[str]:
+    return [p.stem for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
+
+
+def header(name: str, course: dict) -> str:
+    """The first cell of a notebook's page: where and when this copy ran, and the time a learner needs."""
+    from agenda import slot  # TEACHING.md's minutes (scripts/agenda.py computes and checks them)
+
+    machine = f"`{course['machine_id']}` ({course['cpu']}, {course['usable_cpus']} CPUs"
+    machine += f", {course['gpu']})" if course.get("gpu") else ", no GPU)"
+    status = "" if course.get("status") == "ok" else f" It stopped early ({course.get('status')}): see its last cell."
+    return (
+        f"```{{note}}\nThis page shows a copy executed in **{course['mode']} mode** on {machine}, "
+        f"torch {course['torch']}, on {course['date']}, by the course's executor.{status} "
+        f"Numbers on your machine will differ: run the notebook to see them.\n\n"
+        f"**Time for a learner:** about {slot(name, 'quick')} min on a laptop in quick mode, "
+        f"{slot(name, 'gpu')} min on a GPU in full mode ([TEACHING.md](../TEACHING.md)).\n```"
+    )
+
+
+def stage(executed: Path, src: Path) -> None:
+    """Copy the pages into ``src``, laid out as in the repository so that their relative links hold."""
+    import nbformat
+
+    (src / "notebooks").mkdir(parents=True)
+    missing = [n for n in notebook_names() if not (executed / f"{n}.ipynb").is_file()]
+    if missing:
+        raise SystemExit(
+            f"no executed copy of {', '.join(missing)} in {executed}: run `make full-run` (full mode) or "
+            "`make test-notebooks` (quick mode, outputs/test/executed) first, or pass --executed DIR."
+        )
+    for name in notebook_names():
+        nb = nbformat.read(executed / f"{name}.ipynb", as_version=4)
+        course = nb.metadata.get("course")
+        if not course:
+            raise SystemExit(
+                f"{executed / name}.ipynb says nothing of where it ran: execute it with the course's executor "
+                "(make full-run, make test-notebooks or scripts/run_notebook.py)."
+            )
+        cell = nbformat.v4.new_markdown_cell(header(name, course))
+        cell.id = "course-site-header"
+        title = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown")  # after the page's title
+        nb.cells.insert(title + 1, cell)
+        nbformat.write(nb, src / "notebooks" / f"{name}.ipynb")
+    todo = [REPO / "README.md", REPO / "TEACHING.md"]
+    todo += [REPO / "notebooks" / f"{n}.ipynb" for n in notebook_names()]  # their links to Markdown files
+    seen: set[Path] = set()
+    while todo:
+        page = todo.pop()
+        if page in seen:
+            continue
+        seen.add(page)
+        rel = page.relative_to(REPO)
+        if page.suffix == ".md":
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(page, src / rel)
+        for target in LINK.findall(page.read_text(encoding="utf-8")):
+            linked = (page.parent / target).resolve()
+            if linked.is_file() and linked.is_relative_to(REPO):
+                todo.append(linked)
+    toctree = ["", "```{toctree}", ":hidden:", ":maxdepth: 1", ""]
+    toctree += [f"notebooks/{n}" for n in notebook_names()] + ["TEACHING"]
+    others = sorted(str(p.relative_to(src).with_suffix("")) for p in src.rglob("*.md"))
+    toctree += [o for o in others if o not in ("README", "TEACHING")] + ["```", ""]
+    with open(src / "README.md", "a", encoding="utf-8") as f:
+        f.write("\n".join(toctree))
+
+
+def build(executed: Path, out: Path) -> Path:
+    """Stage the pages and run sphinx-build (warnings are errors); returns the landing page."""
+    with tempfile.TemporaryDirectory(prefix="course-site-") as tmp:
+        src = Path(tmp) / "src"
+        stage(executed, src)
+        if out.exists():
+            shutil.rmtree(out)
+        cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going", "-j", "auto"]
+        cmd += ["-c", str(REPO / "website"), "-d", str(Path(tmp) / "doctrees"), str(src), str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr.replace(str(src) + "/", ""))
+            raise SystemExit(f"sphinx-build failed (exit status {proc.returncode}): the warnings above")
+    (out / ".nojekyll").touch()
+    (out / "built-from.json").write_text(json.dumps({"executed": str(executed)}) + "\n")
+    return out / "README.html"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--executed",
+        type=Path,
+        default=REPO / "outputs" / "full-run" / "executed",
+        help="folder of executed notebooks (default: make full-run's)",
+    )
+    parser.add_argument("--out", type=Path, default=REPO / "outputs" / "site", help="where the site is written")
+    args = parser.parse_args(argv)
+    try:
+        import myst_nb  # noqa: F401
+        import sphinx  # noqa: F401
+    except ImportError:
+        raise SystemExit(
+            "the site needs Sphinx and myst-nb: pip install -r requirements-site.txt (make site does)"
+        ) from None
+    landing = build(args.executed.resolve(), args.out.resolve())
+    print(f"site written: {landing}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
