@@ -65,9 +65,11 @@ lint: setup
 format: setup
 	$(BIN)/ruff format helpers tests scripts notebooks hub website
 
-# Their compile caches and records go to outputs/test too, not into the cache and results `make lab` uses.
+# Their compile caches and records go to outputs/test too, not into the cache and results `make lab` uses. On
+# every core (pytest-xdist, at most 4 workers): a test often waits on a subprocess, a server or a kernel.
 test-helpers: setup
-	COURSE_MODE=quick COURSE_OUTPUTS=$(CURDIR)/outputs/test $(BIN)/python -m pytest --durations=5 -m "not notebook and not site" tests
+	COURSE_MODE=quick COURSE_OUTPUTS=$(CURDIR)/outputs/test $(BIN)/python -m pytest -n auto --maxprocesses=4 \
+		--durations=5 -m "not notebook and not site" tests
 
 # Every notebook in a Jupyter kernel through scripts/execute.py (papermill), then its stderr held to the
 # allow-list; records, compile caches and the executed copies (outputs/test/executed) go to outputs/test.

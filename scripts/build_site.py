@@ -64,10 +64,9 @@ def stage(executed: Path, src: Path) -> None:
                 f"{executed / name}.ipynb says nothing of where it ran: execute it with the course's executor "
                 "(make full-run, make test-notebooks or scripts/run_notebook.py)."
             )
-        cell = nbformat.v4.new_markdown_cell(header(name, course))
-        cell.id = "course-site-header"
-        title = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown")  # after the page's title
-        nb.cells.insert(title + 1, cell)
+        first = next(c for c in nb.cells if c.cell_type == "markdown")  # its first line is the page's title
+        title, _, rest = first.source.partition("\n")
+        first.source = f"{title}\n\n{header(name, course)}\n{rest}"
         nbformat.write(nb, src / "notebooks" / f"{name}.ipynb")
     todo = [REPO / "README.md", REPO / "TEACHING.md"]
     todo += [REPO / "notebooks" / f"{n}.ipynb" for n in notebook_names()]  # their links to Markdown files
