@@ -29,6 +29,15 @@ def notebook_names() -> list[str]:
     return [p.stem for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
 
 
+def gpu_reference(name: str) -> str:
+    """How many of the H200's reference records (data/reference) this notebook made, and when ("" for none)."""
+    path = REPO / "data" / "reference" / "cuda-nvidia-h200.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    dates = sorted({r["time"][:10] for r in records if r.get("notebook") == name})
+    count = sum(r.get("notebook") == name for r in records)
+    return f"{count} records, full mode, {', '.join(dates)}" if count else ""
+
+
 def header(name: str, course: dict) -> str:
     """The first cell of a notebook's page: where and when this copy ran, and the time a learner needs."""
     from agenda import slot  # TEACHING.md's minutes (scripts/agenda.py computes and checks them)
@@ -36,12 +45,19 @@ def header(name: str, course: dict) -> str:
     machine = f"`{course['machine_id']}` ({course['cpu']}, {course['usable_cpus']} CPUs"
     machine += f", {course['gpu']})" if course.get("gpu") else ", no GPU)"
     status = "" if course.get("status") == "ok" else f" It stopped early ({course.get('status')}): see its last cell."
+    gpu = gpu_reference(name)
+    reference = (
+        f"\n\nThe H200's reference results for this notebook ({gpu}) appear in its cells beside these; the "
+        "[reference table](../README.md#reference-results) compares the machines."
+        if gpu
+        else "\n\nThis notebook has not run on the H200 yet: its GPU cells say so."
+    )
     return (
         f"```{{note}}\nThis page shows a copy executed in **{course['mode']} mode** on {machine}, "
         f"torch {course['torch']}, on {course['date']}, by the course's executor.{status} "
         f"Numbers on your machine will differ: run the notebook to see them.\n\n"
         f"**Time for a learner:** about {slot(name, 'quick')} min on a laptop in quick mode, "
-        f"{slot(name, 'gpu')} min on a GPU in full mode ([TEACHING.md](../TEACHING.md)).\n```"
+        f"{slot(name, 'gpu')} min on a GPU in full mode ([TEACHING.md](../TEACHING.md)).{reference}\n```"
     )
 
 

@@ -53,3 +53,15 @@ def no_gpu():
 
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # this process; the notebook test gives its kernels inline
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (make test-helpers), each worker's PyTorch gets its share of the cores: two workers of
+    two OpenMP threads each on two cores spin against each other and slow every timed call many times over."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if os.environ.get("PYTEST_XDIST_WORKER") and workers > 1:
+        import torch
+
+        from helpers.device import usable_cpus
+
+        torch.set_num_threads(max(1, usable_cpus() // workers))

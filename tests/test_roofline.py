@@ -117,10 +117,13 @@ def test_the_compute_roof_is_the_best_of_its_sizes_and_the_conv(monkeypatch):
             Measurement.from_samples([2 * n**3 / achieved[n]] * 5, label=f"matmul {n}×{n} {dtype}"),
         ),
     )
-    roof = rl.matmul_roof("fp32", "cpu", sizes=[64, 128, 256], budget=0.3, conv=False)
+    # the sizes' probe calls are real: a budget whose per-call limit (budget / MIN_SAMPLES) a 256² matmul fits even
+    # on a busy machine (another test beside it under pytest-xdist once made its first call take over 50 ms)
+    roof = rl.matmul_roof("fp32", "cpu", sizes=[64, 128, 256], budget=6.0, conv=False)
     assert roof["flops"] == 30e9 and roof["size"] == 128 and roof["source"].startswith("matmul 128×128, ")
     assert roof["source"].split(", ")[1] in rl.LAYOUTS
-    with_conv = rl.matmul_roof("fp32", "cpu", sizes=[64], budget=0.3)  # a real conv against a 10 GFLOP/s GEMM
+    # a real conv against a 10 GFLOP/s GEMM (0.2 s per probe call)
+    with_conv = rl.matmul_roof("fp32", "cpu", sizes=[64], budget=1.2)
     if with_conv["source"].startswith("matmul 64×64"):
         assert with_conv["flops"] == 10e9
     else:  # the convolution beat the GEMM: it is the roof, with its own measurement
