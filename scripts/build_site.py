@@ -44,13 +44,18 @@ def header(name: str, course: dict) -> str:
 
     machine = f"`{course['machine_id']}` ({course['cpu']}, {course['usable_cpus']} CPUs"
     machine += f", {course['gpu']})" if course.get("gpu") else ", no GPU)"
-    status = "" if course.get("status") == "ok" else f" It stopped early ({course.get('status')}): see its last cell."
+    status = (
+        ""
+        if course.get("status") == "ok"
+        else f" It stopped early ({course.get('status')}): see the cell with the error."
+    )
     gpu = gpu_reference(name)
     reference = (
-        f"\n\nThe H200's reference results for this notebook ({gpu}) appear in its cells beside these; the "
-        "[reference table](../README.md#reference-results) compares the machines."
+        f"\n\nThe H200's reference results of this notebook ship with the course ({gpu}, in "
+        "`data/reference/cuda-nvidia-h200.jsonl`); the [reference table](../README.md#reference-results) compares "
+        "the machines."
         if gpu
-        else "\n\nThis notebook has not run on the H200 yet: its GPU cells say so."
+        else "\n\nThis notebook has no H200 reference results yet."
     )
     return (
         f"```{{note}}\nThis page shows a copy executed in **{course['mode']} mode** on {machine}, "
@@ -75,12 +80,17 @@ def stage(executed: Path, src: Path) -> None:
     for name in notebook_names():
         nb = nbformat.read(executed / f"{name}.ipynb", as_version=4)
         course = nb.metadata.get("course")
-        if not course:
+        if not course or "machine_id" not in course:
             raise SystemExit(
                 f"{executed / name}.ipynb says nothing of where it ran: execute it with the course's executor "
                 "(make full-run, make test-notebooks or scripts/run_notebook.py)."
             )
-        first = next(c for c in nb.cells if c.cell_type == "markdown")  # its first line is the page's title
+        titled = [c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("# ")]
+        if not titled:
+            raise SystemExit(
+                f"{executed / name}.ipynb has no title (a Markdown cell starting '# '): is it a course copy?"
+            )
+        first = titled[0]  # its first line is the page's title (a failed run's error banner comes before it)
         title, _, rest = first.source.partition("\n")
         first.source = f"{title}\n\n{header(name, course)}\n{rest}"
         nbformat.write(nb, src / "notebooks" / f"{name}.ipynb")
@@ -113,7 +123,9 @@ def build(executed: Path, out: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="course-site-") as tmp:
         src = Path(tmp) / "src"
         stage(executed, src)
-        if out.exists():
+        if out.exists():  # only a site this script built is replaced: never a folder of something else
+            if not (out / "built-from.json").is_file():
+                raise SystemExit(f"{out} exists and is not a site built here: pass --out a new or empty folder")
             shutil.rmtree(out)
         cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going", "-j", "auto"]
         cmd += ["-c", str(REPO / "website"), "-d", str(Path(tmp) / "doctrees"), str(src), str(out)]

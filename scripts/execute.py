@@ -82,7 +82,11 @@ def where_it_ran(parameters: dict[str, object] | None, status: str) -> dict[str,
 
     mode = str((parameters or {}).get("MODE") or os.environ.get("COURSE_MODE") or "full").strip().lower()
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    return {**_machine(), "mode": mode, "date": date, "status": status}
+    try:
+        machine = _machine()
+    except Exception as exc:  # a broken torch or driver must not lose the executed copy: say so in its place
+        machine = {"machine_error": f"{type(exc).__name__}: {exc}"}
+    return {**machine, "mode": mode, "date": date, "status": status}
 
 
 @functools.cache

@@ -6,11 +6,13 @@ search that finds a term from a notebook. `make test` runs this after the notebo
 import functools
 import http.server
 import os
+import re
 import shutil
 import sys
 import threading
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from helpers.paths import outputs_dir
@@ -18,7 +20,7 @@ from helpers.paths import outputs_dir
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 PLOTTED = ("01_bottlenecks", "13_llm_serving")  # two pages that draw figures in quick mode too
-SEARCH_TERM = "roofline"  # taught in 00 and used throughout
+SEARCH_TERM = "autotune"  # in notebooks 04 and 09, not in the README or TEACHING.md
 pytestmark = pytest.mark.site
 
 
@@ -36,6 +38,11 @@ def site(tmp_path_factory):
     executed = outputs_dir() / "executed"
     if not list(executed.glob("[0-9][0-9]_*.ipynb")):
         pytest.fail(f"no executed notebooks in {executed}: run the notebook tests first (make test runs them before)")
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):  # this run's copies, each complete
+        copy = nbformat.read(executed / path.name, as_version=4)
+        assert copy.metadata["course"]["status"] == "ok", f"{path.stem}: its executed copy failed"
+        code = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+        assert [c.source for c in copy.cells if c.cell_type == "code"] == code, f"{path.stem}: an older copy"
     out = tmp_path_factory.mktemp("site") / "html"
     landing = build(executed, out)
     assert landing.is_file()
@@ -47,6 +54,37 @@ def test_the_site_has_every_page_offline_search_and_where_each_copy_ran(site):
         page = (site / "notebooks" / f"{path.stem}.html").read_text(encoding="utf-8")
         assert "Time for a learner" in page and "executed in <strong>quick mode</strong>" in page, path.stem
     assert (site / "TEACHING.html").is_file() and (site / "searchindex.js").stat().st_size > 10_000
+
+
+def test_every_link_of_the_site_leads_to_a_file_of_it_and_nothing_is_fetched_from_the_network(site):
+    pages = sorted(p for p in site.rglob("*.html") if "_static" not in p.parts)  # not the theme's templates
+    assert len(pages) >= 18
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        remote = re.findall(r'<(?:script|img)[^>]*\ssrc="(https?:[^"]*)"|<link[^>]*\shref="(https?:[^"]*)"', html)
+        assert not remote, f"{page.relative_to(site)} loads {remote[:3]} from the network"
+        for target in re.findall(r'\s(?:href|src)="([^"#?]+)', html):
+            if re.match(r"[a-z]+:", target):  # http(s), mailto, data, javascript: not a file of the site
+                continue
+            assert (page.parent / target).exists(), f"{page.relative_to(site)}: {target} does not exist"
+
+
+def test_the_build_refuses_what_it_cannot_use_in_one_line(tmp_path):
+    from build_site import build
+
+    with pytest.raises(SystemExit, match="no executed copy of 00_environment.*make full-run"):
+        build(tmp_path / "nothing", tmp_path / "out")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for path in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"):
+        shutil.copyfile(path, bare / path.name)  # committed notebooks: never executed, no record of where
+    with pytest.raises(SystemExit, match="says nothing of where it ran"):
+        build(bare, tmp_path / "out")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "results.jsonl").write_text("{}\n")
+    with pytest.raises(SystemExit, match="not a site built here"):
+        build(outputs_dir() / "executed", tmp_path / "mine")
+    assert (tmp_path / "mine" / "results.jsonl").is_file()  # nothing of it deleted
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +115,7 @@ def browser(site, tmp_path_factory):
         "--disable-component-update",
         "--disable-sync",
         "--disable-quic",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # no network at all: the site must not need one
         f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
     ):
         options.add_argument(flag)
@@ -96,12 +135,14 @@ def images_drawn(driver) -> list[tuple[str, bool, int]]:
     )
 
 
-def test_a_browser_loads_the_landing_page_and_its_navigation(browser):
-    browser.get(browser.base + "/README.html")
+@pytest.mark.parametrize("how", ["server", "file"])
+def test_a_browser_loads_the_landing_page_and_its_navigation_in_course_order(browser, site, how):
+    browser.get(browser.base + "/README.html" if how == "server" else (site / "README.html").as_uri())
     assert "GPU inference optimization" in browser.title
-    links = browser.execute_script("return Array.from(document.querySelectorAll('a')).map(a => a.href);")
-    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        assert any(link.endswith(f"notebooks/{path.stem}.html") for link in links), path.stem
+    nav = browser.execute_script("return Array.from(document.querySelectorAll('nav.bd-links a')).map(a => a.href);")
+    order = [re.search(r"notebooks/(\d\d_\w+)\.html", link).group(1) for link in nav if "/notebooks/" in link]
+    assert order == [p.stem for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))], order
+    assert any(link.endswith("/TEACHING.html") for link in nav), nav
 
 
 @pytest.mark.parametrize("name", PLOTTED)
@@ -118,9 +159,10 @@ def test_the_offline_search_finds_a_term_from_a_notebook(browser):
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(f"{browser.base}/search.html?q={SEARCH_TERM}")
-    found = WebDriverWait(browser, 30).until(
-        lambda d: d.execute_script(
-            "return Array.from(document.querySelectorAll('#search-results li a')).map(a => a.href);"
-        )
+    summary_js = "const s = document.querySelector('#search-results .search-summary'); return s ? s.innerText : '';"
+    # the results are shown one by one, then this line
+    summary = WebDriverWait(browser, 30).until(lambda d: "Search finished" in (t := d.execute_script(summary_js)) and t)
+    found = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#search-results li a')).map(a => a.href);"
     )
-    assert any("/notebooks/" in href for href in found), found
+    assert any("/notebooks/" in href for href in found), (summary, found)

@@ -17,7 +17,7 @@ html_title = "GPU inference optimization with PyTorch"
 html_theme_options = {
     "show_navbar_depth": 1,
     "home_page_in_toc": True,
-    "use_download_button": True,
+    "use_download_button": False,  # the notebooks are in the repository; the site has no sources to offer
     "show_toc_level": 2,
 }
 html_last_updated_fmt = None
