@@ -100,7 +100,7 @@ site: site-setup
 SITE_STAMP := $(VENV)/.site-installed
 site-setup: $(SITE_STAMP)
 $(SITE_STAMP): requirements-site.txt $(STAMP)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-site.txt -c requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-site.txt
 	@touch $@
 
 # Headless Chromium and its driver for the site's browser check: Debian's packages, installed when missing where
