@@ -31,11 +31,14 @@ def notebook_names() -> list[str]:
 
 def gpu_reference(name: str) -> str:
     """How many of the H200's reference records (data/reference) this notebook made, and when ("" for none)."""
-    path = REPO / "data" / "reference" / "cuda-nvidia-h200.jsonl"
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-    dates = sorted({r["time"][:10] for r in records if r.get("notebook") == name})
-    count = sum(r.get("notebook") == name for r in records)
-    return f"{count} records, full mode, {', '.join(dates)}" if count else ""
+    sys.path.insert(0, str(REPO))
+    from helpers.results import load_reference  # the loader the notebooks use, with its checks
+
+    records = load_reference(notebook=name, machine="cuda-nvidia-h200")
+    if records.empty:
+        return ""
+    dates = sorted({str(t)[:10] for t in records["time"]})
+    return f"{len(records)} records, full mode, {', '.join(dates)}"
 
 
 def header(name: str, course: dict) -> str:
