@@ -30,26 +30,26 @@ $(PROXY_STAMP): hub/package.json hub/package-lock.json
 no-npm:
 	@echo "no npm: the course's JupyterHub (make hub) needs Node.js and npm; everything else is set up"
 
-# Packages go in with uv (pinned in requirements.txt, installed into the venv by pip first): it installs the 6 GB
-# in parallel, 31 s against pip's 175 s on the course's 2-core machine, the same versions. It compiles the bytecode
-# as pip does (+25 s): without it, where PYTHONDONTWRITEBYTECODE is set, every process that imports torch and
+# Packages go in with uv (pinned in requirements-uv.txt, installed into the venv by pip): it installs the 6 GB in
+# parallel, 31 s against pip's 175 s on the course's 2-core machine, the same versions. It compiles the bytecode as
+# pip does (+25 s): without it, where PYTHONDONTWRITEBYTECODE is set, every process that imports torch and
 # Inductor compiles them again (14 s against 5 s here). uv does not read pip's configuration (pip.conf,
 # PIP_INDEX_URL): where uv cannot be installed or fails (a private index only pip is set up for), pip installs
-# them; INSTALLER=pip makes pip do it always. $(call INSTALL,args) installs args.
+# them; INSTALLER=pip makes pip do it always. $(call INSTALL,args[,uv-only options]) installs args.
 INSTALLER ?= uv
 define INSTALL
-if [ "$(INSTALLER)" = uv ] && [ -x $(BIN)/uv ] && $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python $(1); then :; \
-else [ "$(INSTALLER)" != uv ] || echo "uv could not install $(1): pip installs it"; \
+if [ "$(INSTALLER)" = uv ] && [ -x $(BIN)/uv ] && $(BIN)/uv pip install --quiet $(2) --python $(BIN)/python $(1); then :; \
+else if [ "$(INSTALLER)" = uv ] && [ -x $(BIN)/uv ]; then echo "uv could not install $(1): pip installs it"; fi; \
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(1); fi
 endef
 
 # Re-installs only when requirements.txt or pyproject.toml change (or the venv is missing).
-$(STAMP): requirements.txt pyproject.toml jupyter/overrides.json
+$(STAMP): requirements.txt requirements-uv.txt pyproject.toml jupyter/overrides.json
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), "Python 3.11+ is needed (found " + sys.version.split()[0] + "); set PYTHON=/path/to/python3.11"'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { echo "could not create $(VENV): on Debian/Ubuntu install python3.11-venv"; rm -rf $(VENV); exit 1; }
-	@[ "$(INSTALLER)" != uv ] || $(BIN)/python -m pip install --quiet --disable-pip-version-check "$$(grep -m1 '^uv==' requirements.txt)" || \
+	@[ "$(INSTALLER)" != uv ] || $(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-uv.txt || \
 		echo "could not install uv: pip installs the packages (slower)"
-	@$(call INSTALL,-r requirements.txt)
+	@$(call INSTALL,-r requirements.txt,--compile-bytecode)
 	@$(call INSTALL,--no-deps -e .)
 	@# JupyterLab opens on the course without asking to fetch news or check for updates (settings defaults)
 	@mkdir -p $(VENV)/share/jupyter/lab/settings && cp jupyter/overrides.json $(VENV)/share/jupyter/lab/settings/
@@ -115,7 +115,7 @@ site: site-setup
 SITE_STAMP := $(VENV)/.site-installed
 site-setup: $(SITE_STAMP)
 $(SITE_STAMP): requirements-site.txt $(STAMP)
-	@$(call INSTALL,-r requirements-site.txt)
+	@$(call INSTALL,-r requirements-site.txt,--compile-bytecode)
 	@touch $@
 
 # Headless Chromium and its driver for the site's browser check: Debian's packages, installed when missing where
