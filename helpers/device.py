@@ -388,15 +388,37 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
 
 
+def feature_tags(features: dict[str, Any] | None = None) -> list[str]:
+    """The CPU features that decide a result, as short tags (``["avx512", "amx", "bf16", "fp16", "vnni"]``): the
+    vector ISA torch dispatched to, then AMX and the bf16, fp16 and int8 (VNNI) units. Two CPUs of one marketing
+    name ("Intel Xeon Processor", "AMD EPYC") can differ in every one of them, and so in every dtype's speed."""
+    f = cpu_features() if features is None else features
+    isa = str(f.get("capability") or "").lower()
+    tags = [isa] if isa in ("avx2", "avx512") else []
+    wanted = (("amx", ("amx_tile",)), ("bf16", ("avx512_bf16", "arm_bf16")), ("fp16", ("avx512_fp16", "arm_fp16")))
+    tags += [tag for tag, keys in wanted if any(f.get(k) for k in keys)]
+    return tags + (["vnni"] if f.get("vnni") else [])
+
+
 def machine_id(device: DeviceLike = None) -> str:
     """A short, stable name for this machine and device, used to file results: ``cuda-nvidia-h200``,
-    ``cpu-intel-xeon-platinum-8375c-2cpu``."""
+    ``cpu-intel-xeon-2cpu-avx512-amx-bf16-fp16-vnni``. A CPU's id names its model, its usable CPUs and the
+    features that decide what each dtype costs (:func:`feature_tags`), so two hosts a cloud sells under one
+    name get two ids, and a reference is never shown as "this machine" when it was another."""
     device = choose_device(device)
     if device.type == "cuda":
         return "cuda-" + _slug(torch.cuda.get_device_name(device))
     if device.type == "mps":
         return "mps-" + _slug(platform.machine())
-    return f"cpu-{_slug(cpu_model())}-{usable_cpus()}cpu"
+    return "-".join([f"cpu-{_slug(cpu_model())}-{usable_cpus()}cpu", *feature_tags()])
+
+
+def same_model_other_features(reference_id: str, this_id: str) -> bool:
+    """Whether two machine ids name the same CPU model and core count with other features (a reference from
+    another host sold under this machine's name)."""
+    base = re.compile(r"^(cpu-.*?-\d+cpu)(-|$)")
+    a, b = base.match(reference_id), base.match(this_id)
+    return bool(a and b and a.group(1) == b.group(1) and reference_id != this_id)
 
 
 def _driver_version() -> str | None:

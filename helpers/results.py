@@ -377,6 +377,25 @@ def load_reference(
     return df.reset_index(drop=True)
 
 
+def reference_note(reference_id: str, device: DeviceLike = None) -> str | None:
+    """One line when a reference comes from another host of this machine's CPU model with other features (a cloud
+    sells both under one name): what it had that this one has not, and the reverse; None otherwise."""
+    from .device import feature_tags, same_model_other_features
+
+    here = machine_id(device)
+    if not same_model_other_features(reference_id, here):
+        return None
+    theirs, ours = set(reference_id.split("-")), set(feature_tags())
+    base = set(here.split("-")) - ours
+    extra, missing = sorted(theirs - ours - base), sorted(ours - theirs)
+    parts = [f"it had {', '.join(extra).upper()}" if extra else "", f"lacked {', '.join(missing).upper()}" if missing else ""]
+    return (
+        f"{reference_id} is another host sold under this CPU's name, not this machine: "
+        + " and ".join(p for p in parts if p)
+        + f" ({here} here); its numbers show what those features do, not what this machine does."
+    )
+
+
 def reference_table(
     notebook: str, experiment: str, machine: str | None = "cuda", columns: list[str] | None = None
 ) -> Any:
@@ -401,6 +420,10 @@ def reference_table(
     absent = [c for c in columns or [] if c not in df.columns or not df[c].notna().any()]
     keep = [c for c in keep if c in df.columns and df[c].notna().any()]
     first = df.iloc[0]
+    for other in df["machine_id"].dropna().unique():
+        note = reference_note(str(other))
+        if note:
+            print(note)
     if absent:  # an older reference may predate a metric: said, not an error
         print(f"Not in this reference (measured before it was recorded, or misspelt): {', '.join(absent)}.")
     print(

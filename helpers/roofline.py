@@ -1044,10 +1044,14 @@ def compare_with_reference(rf: Roofline | None = None) -> Any:
         check_instance("rf", rf, Roofline, hint="pass this machine's roofline, or None")
     import pandas as pd
 
-    from .results import load_reference
+    from .results import load_reference, reference_note
 
     rows: dict[str, dict[str, float]] = {}
     ref = load_reference(notebook=ROOF_NOTEBOOK, experiment=ROOF_EXPERIMENT)
+    for other in dict.fromkeys(ref.get("machine_id", [])):
+        note = reference_note(str(other))
+        if note:  # the same CPU model with other features: said, never shown as this machine
+            print(note)
     matmul_names = {matmul_variant(k): k for k in _DTYPES}
     h2d_names = {h2d_variant(k): k for k in ("pinned", "pageable")}
     for _, r in ref.iterrows():

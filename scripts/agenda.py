@@ -7,8 +7,8 @@
 Run times come from ``data/reference/<machine>.env.json`` (``notebooks.<name>.full_seconds`` and
 ``quick_seconds``, measured by ``scripts/runtimes.py`` or ``scripts/full_run.py``): the course's CI Xeon, the
 AVX2-only AMD EPYC (the slow case: no AVX-512, AMX or bf16/fp16 units, like most x86 laptops) and the H200.
-A figure measured on another host that reports the same machine id (a cloud's "AMD EPYC" is several CPUs) carries
-a ``host`` line beside it in the .env.json; the table marks it and prints that line under it.
+The run-time map has one column per machine id (a CPU's id names the features that decide each dtype's cost, so
+two hosts a cloud sells under one name get two columns).
 A notebook's slot is derived from the notebook itself: the time to read its markdown (READ_WORDS_PER_MIN),
 to run and read each code cell (MIN_PER_CODE_CELL), to do each exercise (MIN_PER_EXERCISE), plus its measured
 run time, rounded up to 5 minutes. (Reviewers who worked through the course estimated 45–120 min per notebook
@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "data" / "reference"
-CPU, GPU = "cpu-intel-xeon-2cpu", "cuda-nvidia-h200"
+#: the course's CI reference CPU (the agenda's laptop slots use its quick-mode times) and the reference GPU
+CPU, GPU = "cpu-intel-xeon-2cpu-avx512-amx-bf16-fp16-vnni", "cuda-nvidia-h200"
 #: a CPU like most x86 laptops in what it lacks (AVX2 only: no AVX-512, no AMX, no bf16/fp16/VNNI units)
-CPU_NO_AVX512 = "cpu-amd-epyc-2cpu"
+CPU_NO_AVX512 = "cpu-amd-epyc-2cpu-avx2"
 
 #: how a notebook's time is estimated from its content: reading technical prose (with the numbers it
 #: interprets), running a cell and reading its output, and one exercise with its self-check
@@ -78,35 +80,45 @@ def minutes(seconds: float | None) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
+def machines(kind: str) -> list[str]:
+    """The machine ids with measured run times of one kind (``cpu`` or ``cuda``), the course's CI reference first."""
+    found = sorted(p.name.removesuffix(".env.json") for p in REFERENCE.glob(f"{kind}-*.env.json"))
+    return sorted(found, key=lambda m: m != CPU)
+
+
+def column_label(machine: str) -> str:
+    """A column heading: the CPU's name, its CPUs and the features in its id; a GPU's name."""
+    path = REFERENCE / f"{machine}.env.json"
+    env = json.loads(path.read_text()).get("environment", {}) if path.exists() else {}
+    if machine.startswith("cuda-"):
+        return str(env.get("gpu") or machine.removeprefix("cuda-"))
+    tags = re.sub(r"^cpu-.*?-\d+cpu-?", "", machine).replace("-", " ")
+    name = str(env.get("cpu") or "CPU").replace("(R)", "").replace(" Processor", "")
+    return f"{name}, {env.get('usable_cpus', '?')} CPUs, {tags.upper() or 'no AVX2'}"
+
+
 def runtime_table() -> str:
-    cpu, gpu, plain = runtimes(CPU), runtimes(GPU), runtimes(CPU_NO_AVX512)
+    """One column per CPU machine id (quick / full) and per GPU (full): a figure is shown only under the id of
+    the machine that measured it (the id names the CPU features that decide what each dtype costs)."""
+    cpus, gpus = machines("cpu"), machines("cuda")
+    head = [f"quick / full, {column_label(m)}" for m in cpus] + [f"full, {column_label(m)}" for m in gpus]
     lines = [
-        "| # | notebook | quick, CPU (cold caches) | full, CPU | quick / full, AVX2-only CPU | full, H200 "
-        "| GPU needed for the full lesson? |",
-        "|---|---|---|---|---|---|---|",
+        "| # | notebook | " + " | ".join(head) + " | GPU needed for the full lesson? |",
+        "|---|---|" + "---|" * len(head) + "---|",
     ]
-    hosts: list[str] = []  # a column's figure measured on another host under the same machine id says so
-
-    def mark(entry: dict) -> str:
-        if not entry.get("host"):
-            return ""
-        if entry["host"] not in hosts:
-            hosts.append(entry["host"])
-        return "¹²³⁴⁵⁶⁷⁸⁹"[hosts.index(entry["host"])]
-
+    tables = {m: runtimes(m) for m in cpus + gpus}
     for name in notebooks():
-        fast = cpu.get(name, {})
-        quick = minutes(fast.get("quick_seconds")) + mark(fast)
-        full = minutes(fast.get("full_seconds"))
-        slow = plain.get(name, {})
-        weak = f"{minutes(slow.get('quick_seconds'))} / {minutes(slow.get('full_seconds'))}{mark(slow)}"
-        on_gpu = minutes(gpu.get(name, {}).get("seconds"))
+        cells = [
+            f"{minutes(tables[m].get(name, {}).get('quick_seconds'))} / "
+            f"{minutes(tables[m].get(name, {}).get('full_seconds'))}"
+            for m in cpus
+        ]
+        cells += [minutes(tables[m].get(name, {}).get("seconds")) for m in gpus]
         lines.append(
-            f"| {name[:2]} | {name[3:].replace('_', ' ')} | {quick} | {full} | {weak} | {on_gpu} "
-            f"| {GPU_PARTS.get(name, '–')} |"
+            f"| {name[:2]} | {name[3:].replace('_', ' ')} | " + " | ".join(cells) + f" | {GPU_PARTS.get(name, '–')} |"
         )
-    lines += ["", *(f"{'¹²³⁴⁵⁶⁷⁸⁹'[i]} {host}" for i, host in enumerate(hosts))] if hosts else []
-    return "\n".join(lines)
+    ids = ", ".join(f"`{m}`" for m in cpus + gpus)
+    return "\n".join([*lines, "", f"Machine ids, in column order: {ids} (`helpers.machine_id()` names yours)."])
 
 
 def content(name: str) -> dict[str, int]:

@@ -62,9 +62,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def write_runtimes(summary: dict, mode: str, reference: Path = REPO / "data" / "reference") -> Path:
-    """Merge this run's seconds into ``<machine_id>.env.json`` (atomically), creating the file if needed. A host
-    whose CPU features differ from the file's (one machine id, several CPUs) leaves the file's environment as it
-    is and marks each figure it writes with a ``host`` line."""
+    """Merge this run's seconds into ``<machine_id>.env.json`` (atomically), creating the file if needed, with
+    this run's environment. The machine id names the CPU features that decide results
+    (``helpers.device.feature_tags``), so a host with other features writes to a file of its own."""
     from helpers.paths import write_atomic
 
     env = summary["environment"]
@@ -76,33 +76,15 @@ def write_runtimes(summary: dict, mode: str, reference: Path = REPO / "data" / "
             "machine_id": env["machine_id"],
             "date": dt.date.today().isoformat(),
             "how": "scripts/runtimes.py (each notebook in a fresh Jupyter kernel, empty compile caches)",
-            "environment": env,
             "notebooks": {},
         }
     )
     today = dt.date.today().isoformat()
-    host = None
-    if data["environment"].get("cpu_features") != env.get("cpu_features"):
-        # A cloud's machine id names several CPUs: the file keeps the host it describes, and each figure of this
-        # one carries a line saying where it was measured (scripts/agenda.py marks it in the README's table).
-        features = env.get("cpu_features") or {}
-        extras = [k for k in ("avx512_bf16", "vnni", "amx_tile", "avx512_fp16") if features.get(k)]
-        host = (
-            f"measured on {today} on a {env.get('usable_cpus')}-vCPU {env.get('cpu')} with "
-            f"{features.get('capability')}{' (' + ', '.join(extras) + ')' if extras else ''} that reports the same "
-            f"machine id (scripts/runtimes.py); not the host this file describes"
-        )
-    else:
-        data["environment"] = env  # the environment of the run whose seconds are written
-        data.setdefault("runtimes", {})[mode] = {"date": today, "script": "scripts/runtimes.py"}
+    data["environment"] = env  # the environment of the run whose seconds are written
+    data.setdefault("runtimes", {})[mode] = {"date": today, "script": "scripts/runtimes.py"}
     for name, result in summary["notebooks"].items():
         if result["status"] == "ok":
-            entry = data.setdefault("notebooks", {}).setdefault(name, {})
-            entry[f"{mode}_seconds"] = result["seconds"]
-            if host:
-                entry["host"] = host
-            else:
-                entry.pop("host", None)
+            data.setdefault("notebooks", {}).setdefault(name, {})[f"{mode}_seconds"] = result["seconds"]
     write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     return path
 

@@ -47,17 +47,28 @@ def test_agenda_and_runtime_map_are_up_to_date():
 
 
 def test_every_notebook_has_measured_run_times():
-    """On at least one of the course's two 2-core CPU machines (the CI Xeon, the AVX2-only EPYC): a session
-    gets one of them, and a new notebook is measured where it was written (the other column shows "–")."""
-    envs = [
-        json.loads((REFERENCE / f"{machine}.env.json").read_text())["notebooks"]
-        for machine in ("cpu-intel-xeon-2cpu", "cpu-amd-epyc-2cpu")
-    ]
+    """On at least one of the course's 2-core CPU machines: a session gets one of them, and a new notebook is
+    measured where it was written (the other columns show "–")."""
+    envs = [json.loads(p.read_text())["notebooks"] for p in REFERENCE.glob("cpu-*2cpu*.env.json")]
+    assert len(envs) >= 2
     for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         measured = [env.get(path.stem, {}) for env in envs]
         assert any(t.get("quick_seconds", 0) > 0 and t.get("full_seconds", 0) > 0 for t in measured), (
             f"{path.stem}: measure its quick and full run times (scripts/runtimes.py --write) into the .env.json"
         )
+
+
+def test_each_reference_file_is_named_by_the_id_of_the_features_it_records():
+    """A CPU's machine id names the features that decide results: a file's name, its environment's id and the id
+    its recorded features give all agree, so no figure of one host sits under another's id."""
+    from helpers.device import feature_tags
+
+    for path in REFERENCE.glob("cpu-*.env.json"):
+        env = json.loads(path.read_text())
+        machine = path.name.removesuffix(".env.json")
+        assert env["machine_id"] == env["environment"]["machine_id"] == machine
+        assert machine.endswith("cpu" + "".join("-" + t for t in feature_tags(env["environment"]["cpu_features"])))
+        assert not any("host" in entry for entry in env["notebooks"].values()), path.name
 
 
 def test_the_table_reads_results_with_the_tolerant_loader(tmp_path):
@@ -74,36 +85,32 @@ def test_the_table_reads_results_with_the_tolerant_loader(tmp_path):
     assert any("incomplete" in str(w.message) for w in caught)
 
 
-def test_a_run_time_from_another_host_is_marked_with_its_line(monkeypatch):
+def test_the_run_time_map_has_a_column_per_machine_id(monkeypatch, tmp_path):
     sys.path.insert(0, str(REPO / "scripts"))
     import agenda
 
-    host = "measured on a host that reports the same machine id"
-    tables = {
-        agenda.CPU: {},
-        agenda.GPU: {},
-        agenda.CPU_NO_AVX512: {"09_capstone": {"quick_seconds": 36.0, "full_seconds": 100.0, "host": host}},
-    }
-    monkeypatch.setattr(agenda, "runtimes", lambda machine: tables[machine])
+    for machine, seconds in (("cpu-x-2cpu-avx2", 36.0), ("cpu-x-2cpu-avx512-amx", 12.0)):
+        env = {"machine_id": machine, "environment": {"cpu": "X", "usable_cpus": 2}}
+        env["notebooks"] = {"09_capstone": {"quick_seconds": seconds, "full_seconds": 100.0}}
+        (tmp_path / f"{machine}.env.json").write_text(json.dumps(env))
+    monkeypatch.setattr(agenda, "REFERENCE", tmp_path)
+    monkeypatch.setattr(agenda, "notebooks", lambda: ["09_capstone"])
     table = agenda.runtime_table()
+    assert "X, 2 CPUs, AVX2 |" in table.splitlines()[0] and "X, 2 CPUs, AVX512 AMX |" in table.splitlines()[0]
     row = next(line for line in table.splitlines() if line.startswith("| 09 "))
-    assert "36 s / 2 min¹" in row
-    assert table.splitlines()[-1] == f"¹ {host}"
+    assert "36 s / 2 min" in row and "12 s / 2 min" in row
 
 
-def test_runtimes_from_another_host_keep_the_files_environment(tmp_path):
+def test_runtimes_write_this_runs_environment(tmp_path):
     import runtimes
 
     def summary(features):
         env = {"machine_id": "cpu-x", "cpu": "X", "usable_cpus": 2, "cpu_features": features}
         return {"environment": env, "notebooks": {"00_a": {"status": "ok", "seconds": 12.0}}}
 
-    avx2, avx512 = {"capability": "AVX2"}, {"capability": "AVX512", "vnni": True}
+    avx2 = {"capability": "AVX2"}
     path = runtimes.write_runtimes(summary(avx2), "quick", reference=tmp_path)
-    runtimes.write_runtimes(summary(avx512), "full", reference=tmp_path)
+    runtimes.write_runtimes(summary(avx2), "full", reference=tmp_path)
     data = json.loads(path.read_text())
-    assert data["environment"]["cpu_features"] == avx2  # the file still describes its own host
-    entry = data["notebooks"]["00_a"]
-    assert entry["full_seconds"] == 12.0 and "AVX512 (vnni)" in entry["host"]
-    runtimes.write_runtimes(summary(avx2), "full", reference=tmp_path)  # measured again on the file's own host
-    assert "host" not in json.loads(path.read_text())["notebooks"]["00_a"]
+    assert data["environment"]["cpu_features"] == avx2
+    assert data["notebooks"]["00_a"] == {"quick_seconds": 12.0, "full_seconds": 12.0}
