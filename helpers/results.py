@@ -388,7 +388,10 @@ def reference_note(reference_id: str, device: DeviceLike = None) -> str | None:
     theirs, ours = set(reference_id.split("-")), set(feature_tags())
     base = set(here.split("-")) - ours
     extra, missing = sorted(theirs - ours - base), sorted(ours - theirs)
-    parts = [f"it had {', '.join(extra).upper()}" if extra else "", f"lacked {', '.join(missing).upper()}" if missing else ""]
+    parts = [
+        f"it had {', '.join(extra).upper()}" if extra else "",
+        f"lacked {', '.join(missing).upper()}" if missing else "",
+    ]
     return (
         f"{reference_id} is another host sold under this CPU's name, not this machine: "
         + " and ".join(p for p in parts if p)
