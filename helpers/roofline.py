@@ -41,7 +41,7 @@ from .device import DeviceLike, _slug, choose_device, cpu_features, last_level_c
 from .fp32 import FLAGS, exact_fp32, fp32_flags, set_fp32_flags
 from .modes import course_mode, pick
 from .paths import outputs_dir, write_atomic
-from .timing import MIN_SAMPLES, Measurement, benchmark, fit_to_budget
+from .timing import MIN_ROUNDS, MIN_SAMPLES, Measurement, benchmark, fit_to_budget, format_seconds, timed_call
 
 _DTYPES = {
     "fp32": torch.float32,
@@ -259,6 +259,130 @@ def matmul_roof(
     return best
 
 
+#: The number formats the speed table sets beside fp32, and the kernels it times them in.
+SPEED_DTYPES = ("bf16", "fp16", "int8")
+SPEED_KERNELS = ("matmul", "conv")
+
+
+def _speed_cases(dev: torch.device) -> tuple[dict[str, tuple[str, str, Callable[[], Any]]], dict[str, str]]:
+    """The candidates of the speed table: ``{label: (kernel, dtype, call)}`` and each kernel's description. The
+    matmul is ``x @ w.T`` (what ``nn.Linear`` runs; int8 ``torch._int_mm``), the convolution a channels-last 3×3
+    (what the course's CNNs run); int8 has no convolution in PyTorch's eager CPU kernels."""
+    n = pick(256, 512) if dev.type == "cpu" else pick(2048, 4096)
+    cases: dict[str, tuple[str, str, Callable[[], Any]]] = {}
+    for dtype in ("fp32", *SPEED_DTYPES):
+        cases[f"matmul {dtype}"] = ("matmul", dtype, _matmul_call(dtype, n, dev))
+    conv_label = ""
+    for dtype in ("fp32", "bf16", "fp16"):
+        call, _flops, conv_label = _conv_case(dtype, dev)
+        cases[f"conv {dtype}"] = ("conv", dtype, call)
+    return cases, {"matmul": f"matmul {n}×{n} (x @ w.T; int8: torch._int_mm)", "conv": conv_label}
+
+
+def _speed_session(dev: torch.device, budget: float) -> dict[str, Any]:
+    """One session of the speed table (see :func:`dtype_speeds`): the verdict of each dtype against fp32, per kernel."""
+    from .verdict import time_together
+
+    cases, kernels = _speed_cases(dev)
+    limit = budget / MIN_ROUNDS / 2  # one call longer than this would not fit the rounds of a session
+    probe: dict[str, float] = {}
+    speed: dict[str, dict[str, Any]] = {k: {} for k in SPEED_KERNELS}
+    with _matmul_precision("fp32"), torch.inference_mode():
+        for label, (kernel, dtype, call) in list(cases.items()):
+            try:
+                cold = timed_call(call, device=dev)[0]  # a dtype emulated in software can take seconds a call
+                probe[label] = cold if cold > limit else timed_call(call, device=dev)[0]
+            except (RuntimeError, NotImplementedError):  # no such kernel on this device
+                cases.pop(label)
+                speed[kernel][dtype] = {"outcome": "no kernel", "ratio": math.nan, "how": "PyTorch has no kernel"}
+        slow = [label for label in cases if probe[label] > limit and not label.endswith("fp32")]
+        for label in slow:  # too slow to time in rounds: its one call against the fp32 call, said so
+            kernel, dtype, _call = cases.pop(label)
+            ratio = probe[f"{kernel} fp32"] / probe[label]
+            how = f"one call of {format_seconds(probe[label])}: too slow to time in rounds"
+            outcome = "slower" if ratio < 0.5 else "undecided"
+            speed[kernel][dtype] = {"outcome": outcome, "ratio": ratio, "low": math.nan, "high": math.nan, "how": how}
+        cmp = time_together(
+            {label: call for label, (_k, _d, call) in cases.items()},
+            baseline="matmul fp32",
+            device=dev,
+            budget=budget,
+            min_sample_time=ROOF_SAMPLE_TIME,
+        )
+    for label, (kernel, dtype, _call) in cases.items():
+        if dtype == "fp32":
+            continue
+        v = cmp.verdict(label, against=f"{kernel} fp32")
+        speed[kernel][dtype] = {"outcome": v.outcome, "ratio": v.ratio, "low": v.low, "high": v.high}
+        speed[kernel][dtype]["how"] = "interleaved with fp32"
+    return {"speed": speed, "kernels": kernels, "comparison": cmp}
+
+
+def dtype_speeds(device: DeviceLike = None, budget: float | None = None) -> dict[str, Any]:
+    """What each number format costs on this machine, **measured**: bf16, fp16 and int8 matmuls and bf16/fp16
+    3×3 convolutions against fp32, all timed together in one session (:func:`helpers.verdict.time_together`;
+    a dtype whose one call is too slow for the session's rounds, fp16 without fp16 units, is judged from that
+    call). A CPU's feature flags say which units it has, not whether PyTorch's kernels for a shape use them:
+    this table is what every sentence about a dtype on this machine is generated from. Noise stops it
+    (:func:`helpers.verdict.settle`): a busy session is measured once more, then left undecided.
+
+    Returns ``{"speed": {kernel: {dtype: {"outcome", "ratio" (× fp32's speed: above 1 faster), "low", "high",
+    "how"}}}, "kernels": {kernel: what was timed}, "undecided": reason or None}``."""
+    from .verdict import settle
+
+    dev = choose_device(device)
+    budget = pick(2.0, 4.0) if budget is None else check_number("budget", budget, positive=True)
+    settled = settle(
+        lambda: _speed_session(dev, budget),
+        what="what each number format costs here",
+        flagged=lambda r: _speed_noise(r["comparison"]),
+    )
+    result = {"speed": settled.value["speed"], "kernels": settled.value["kernels"], "undecided": settled.reason}
+    if settled.reason:
+        for entries in result["speed"].values():
+            for entry in entries.values():
+                if entry["outcome"] in ("faster", "slower", "within noise") and "interleaved" in entry["how"]:
+                    entry["outcome"] = "undecided"
+    return result
+
+
+def _speed_noise(cmp: Any) -> str | None:
+    """A speed session is refused only when the machine was busy: its verdicts are paired, round by round, so a
+    candidate's own spread is already in their intervals."""
+    busy = next((m for m in cmp.measurements.values() if m.busy), None)
+    return None if busy is None else "; ".join(r for r in busy.noise_reasons() if "busy" in r)
+
+
+def speed_table(rf: Roofline) -> Any:
+    """The measured speed of each number format against fp32 (:func:`dtype_speeds`, stored with ``rf``) as a
+    table, one row per dtype: what a CPU advertises beside it, each kernel's speed as a multiple of fp32's with its
+    verdict. :meth:`Roofline.dtype_line` says the same in a sentence."""
+    import pandas as pd
+
+    check_instance("rf", rf, Roofline, hint="pass this machine's roofline, e.g. roofline.get_roofline(device)")
+    from .device import cpu_dtype_support
+
+    advertised = cpu_dtype_support(rf.cpu_features or None) if rf.device.startswith("cpu") else {}
+    rows = {}
+    for dtype in SPEED_DTYPES:
+        row: dict[str, Any] = {}
+        if advertised:
+            has, why = advertised[dtype]
+            row["CPU advertises"] = (
+                why.removeprefix("hardware units: ") if has else ("no units" if has is False else "?")
+            )
+        for kernel in SPEED_KERNELS:
+            entry = rf.speed(dtype, kernel)
+            if entry is None:
+                row[f"{kernel} × fp32"] = "—"
+            elif entry["outcome"] == "no kernel":
+                row[f"{kernel} × fp32"] = "no kernel"
+            else:
+                row[f"{kernel} × fp32"] = f"{entry['ratio']:.2f}× ({entry['outcome']})"
+        rows[dtype] = row
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
 def memory_bandwidth(
     device: DeviceLike = None,
     nbytes: int | None = None,
@@ -302,6 +426,82 @@ def beyond_cache_bytes(device: DeviceLike = None, minimum: int = 256 * 2**20, ca
     if choose_device(device).type != "cpu":
         return minimum
     return max(minimum, min(2 * (last_level_cache_bytes() or 0), cap))
+
+
+#: A copy counts as served by a cache when it runs this many times faster than the largest copy (main memory).
+CACHE_GAIN = 1.3
+
+
+def default_cache_sweep() -> list[int]:
+    """Buffer sizes (bytes) of the bandwidth sweep whose knee is the effective last-level cache (a copy touches
+    twice its buffer: the source and the destination)."""
+    return [s * 2**20 for s in pick([4, 16, 64, 256], [2, 4, 8, 16, 32, 64, 128, 256, 512])]
+
+
+def cache_knee(buffer_bytes: list[int], bandwidths: list[float]) -> dict[str, Any]:
+    """The effective last-level cache, from a sweep of copies of growing buffers (each touches twice its buffer):
+    the largest copy still served at least :data:`CACHE_GAIN` × faster than the largest one (main memory), and
+    the next size, the first at main memory's speed. Returns ``{"fast_up_to": touched bytes or None (no copy ran
+    faster than main memory), "slow_from": touched bytes or None (even the largest ran from a cache: the sweep
+    stopped short), "gain": the fast copy's speed over main memory's}``."""
+    if len(buffer_bytes) != len(bandwidths) or len(buffer_bytes) < 2:
+        raise ValueError("cache_knee needs two or more buffer sizes, each with its measured bandwidth (bytes/s).")
+    order = sorted(range(len(buffer_bytes)), key=lambda i: buffer_bytes[i])
+    sizes, bws = [buffer_bytes[i] for i in order], [bandwidths[i] for i in order]
+    plateau = bws[-1]
+    fast = [i for i, bw in enumerate(bws) if bw >= CACHE_GAIN * plateau]
+    if not fast:
+        return {"fast_up_to": None, "slow_from": 2 * sizes[0], "gain": max(bws) / plateau}
+    last = fast[-1]
+    if last == len(sizes) - 1:  # cannot happen with the last as the plateau; kept for a caller's own plateau
+        return {"fast_up_to": 2 * sizes[last], "slow_from": None, "gain": bws[last] / plateau}
+    return {"fast_up_to": 2 * sizes[last], "slow_from": 2 * sizes[last + 1], "gain": bws[last] / plateau}
+
+
+def measure_cache(device: DeviceLike = None, buffer_bytes: list[int] | None = None) -> dict[str, Any]:
+    """The bandwidth sweep and its knee (:func:`cache_knee`), under the course's noise rule
+    (:func:`helpers.verdict.settle`: a busy sweep is measured once more, then left undecided). Returns the knee
+    with ``"sizes"`` (buffer bytes), ``"bytes_per_s"`` and ``"undecided"`` (None, or why)."""
+    from .verdict import noise_reason, settle
+
+    dev = choose_device(device)
+    sizes = list(buffer_bytes or default_cache_sweep())
+
+    def sweep() -> list[tuple[float, Measurement]]:
+        return [memory_bandwidth(dev, nbytes=n, repeats=pick(3, 5), budget=pick(0.2, 0.5)) for n in sizes]
+
+    settled = settle(sweep, what="the effective cache", flagged=lambda runs: noise_reason([m for _b, m in runs]))
+    bws = [bw for bw, _m in settled.value]
+    return {**cache_knee(sizes, bws), "sizes": sizes, "bytes_per_s": bws, "undecided": settled.reason}
+
+
+def reconsider_cache(rf: Roofline, buffer_bytes: list[int], measurements: list[Any], store: bool = True) -> str:
+    """A finer bandwidth sweep of this run (notebook 00's): its knee becomes ``rf``'s effective cache, stored for
+    later notebooks unless ``store=False``, unless the sweep was disturbed (busy, or mostly noisy: then the stored
+    knee stands). ``measurements`` are :func:`memory_bandwidth`'s ``(bytes/s, Measurement)`` pairs. Returns one
+    sentence (:meth:`Roofline.cache_line`)."""
+    from .verdict import noise_reason
+
+    check_instance("rf", rf, Roofline, hint="pass the roofline, e.g. roofline.get_roofline(device)")
+    if len(buffer_bytes) != len(measurements):
+        raise ValueError("pass one (bytes/s, Measurement) pair per buffer size, as memory_bandwidth returns them.")
+    reason = noise_reason([m for _bw, m in measurements])
+    if reason:
+        return f"the sweep was disturbed ({reason}), so it does not move the stored cache: " + rf.cache_line()
+    bws = [bw for bw, _m in measurements]
+    rf.cache_sweep = {**cache_knee(list(buffer_bytes), bws), "sizes": list(buffer_bytes), "bytes_per_s": bws}
+    rf.cache_sweep["undecided"] = None
+    rf.cache_bytes = _effective_cache(rf)
+    if store:
+        save_roofline(rf)
+    return rf.cache_line()
+
+
+def _effective_cache(rf: Roofline) -> int | None:
+    sweep = rf.cache_sweep
+    if not sweep or sweep.get("undecided") or not rf.device.startswith("cpu"):
+        return rf.reported_cache_bytes if rf.device.startswith("cpu") else rf.cache_bytes
+    return sweep.get("fast_up_to") or 0
 
 
 def cache_bytes(device: DeviceLike = None) -> int | None:
@@ -410,6 +610,9 @@ class Roofline:
     remeasures: int = 0
     origin: str = "measured"
     choices: dict[str, str] = field(default_factory=dict)
+    dtype_speed: dict[str, Any] = field(default_factory=dict)
+    reported_cache_bytes: int | None = None
+    cache_sweep: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # a zero or negative limit would divide by zero or place every point wrongly (NaN: not measured yet)
@@ -430,16 +633,69 @@ class Roofline:
             raise ValueError(f"no peak measured for {dtype!r}; measured: {sorted(self.peak_flops)}.")
         return self.peak_flops[dtype]
 
+    def speed(self, dtype: str, kernel: str = "matmul") -> dict[str, Any] | None:
+        """The measured speed of ``dtype`` against fp32 in ``kernel`` (:func:`dtype_speeds`): ``{"outcome",
+        "ratio", "low", "high", "how"}``, or None where it was not measured."""
+        return self.dtype_speed.get("speed", {}).get(kernel, {}).get(dtype)
+
     def pays(self, dtype: str, than: str = "fp32") -> bool:
-        """Whether this machine's ``dtype`` compute roof is above ``than``'s beyond both roofs' spreads (each
-        roof ± its relative IQR): where reduced precision has hardware behind it (bf16 on a CPU without
-        AVX512-BF16 or AMX is emulated, and its roof sits at or below fp32's). False when either is unmeasured."""
+        """Whether ``dtype`` is faster than fp32 here: from the measured speed table (:func:`dtype_speeds`, a
+        matmul or a convolution measured *faster*), where it was measured against fp32; else from the roofs (this
+        ``dtype``'s compute roof above ``than``'s beyond both spreads). A CPU that advertises bf16 units can still
+        run PyTorch's bf16 kernels slower than fp32: that is what this measures. False when unmeasured."""
         check_choice("dtype", dtype, _DTYPES, hint="a dtype the roofline measures")
         check_choice("than", than, _DTYPES, hint="a dtype the roofline measures")
+        if than == "fp32" and self.dtype_speed.get("speed"):
+            return any((self.speed(dtype, k) or {}).get("outcome") == "faster" for k in SPEED_KERNELS)
         a, b = self.peak_flops.get(dtype, math.nan), self.peak_flops.get(than, math.nan)
         if not (math.isfinite(a) and math.isfinite(b)):
             return False
         return a * (1 - self.spread.get(dtype, 0.0)) > b * (1 + self.spread.get(than, 0.0))
+
+    def faster_dtypes(self) -> list[str]:
+        """The number formats measured faster than fp32 here (in a matmul or a convolution)."""
+        return [d for d in SPEED_DTYPES if self.pays(d)]
+
+    def dtype_line(self, dtype: str) -> str:
+        """One generated sentence on what ``dtype`` costs here: what the CPU advertises (a GPU: its tensor cores),
+        beside what was measured, and what to read from a disagreement."""
+        check_choice("dtype", dtype, SPEED_DTYPES, hint="one of the dtypes the speed table measures")
+        measured = []
+        for kernel in SPEED_KERNELS:
+            entry = self.speed(dtype, kernel)
+            if entry is None:
+                continue
+            if entry["outcome"] == "no kernel":
+                measured.append(f"{kernel}: no kernel")
+                continue
+            word = {"faster": "faster", "slower": "slower", "within noise": "within noise"}
+            verdict = word.get(entry["outcome"], "undecided")
+            extra = "" if "interleaved" in entry.get("how", "") else f"; {entry['how']}"
+            measured.append(f"{kernel} {entry['ratio']:.2f}× fp32's speed ({verdict}{extra})")
+        if not measured:
+            return f"{dtype}: not measured on this machine yet (roofline.dtype_speeds measures it)."
+        said = "; ".join(measured)
+        faster = self.pays(dtype)
+        if not self.device.startswith("cpu"):
+            return f"{dtype}: PyTorch's {said}."
+        from .device import cpu_dtype_support
+
+        has, why = cpu_dtype_support(self.cpu_features or None)[dtype]
+        units = why.removeprefix("hardware units: ")
+        if has and faster:
+            tail = f"this CPU advertises {units}, and PyTorch's kernels use them"
+        elif has:
+            tail = (
+                f"this CPU advertises {units}, yet PyTorch's {dtype} kernels for these shapes are not faster than "
+                "fp32 here: a CPU's units are not a library's kernels, so measure, do not infer from the flags"
+            )
+        elif has is False and faster:
+            tail = f"faster although the CPU advertises no {dtype} units ({why})"
+        elif has is False:
+            tail = f"as its flags predict: {why}"
+        else:
+            tail = "this platform does not say which units it has; the measurement decides"
+        return f"{dtype}: PyTorch's {said}: {tail}."
 
     def mfu(self, achieved_flops: float, dtype: str = "fp32") -> float | None:
         """Model FLOP/s utilisation: ``achieved_flops`` as a share of this machine's ``dtype`` compute roof.
@@ -537,6 +793,44 @@ class Roofline:
             why += "; the roof's own measurement was noisy"
         return f"{pct} of the {placed['bound']} roof is drawn at 100 %: {why}."
 
+    def fits_in_cache(self, nbytes: float) -> bool | None:
+        """Whether a working set of ``nbytes`` is served by the last cache before main memory, by the knee this
+        machine measured (:func:`cache_knee`): True up to the largest copy that ran faster than main memory, False
+        from the first that did not, None in between (it straddles the knee) or where nothing is known."""
+        sweep = self.cache_sweep
+        if self.device.startswith("cpu") and sweep and not sweep.get("undecided"):
+            fast, slow = sweep.get("fast_up_to"), sweep.get("slow_from")
+            if fast and nbytes <= fast:
+                return True
+            if slow is not None and nbytes >= slow:
+                return False
+            return None
+        return None if not self.cache_bytes else nbytes <= self.cache_bytes
+
+    def cache_line(self) -> str:
+        """One generated sentence: the effective last-level cache this machine measured (the knee of its
+        bandwidth sweep), beside what the OS or driver reports."""
+        reported = self.reported_cache_bytes
+        os_says = f"the OS reports {_mib(reported)}" if reported else "the OS reports no cache size"
+        if not self.device.startswith("cpu"):
+            return f"the last cache before memory: {_mib(self.cache_bytes or 0)} of L2 (as the driver reports it)."
+        sweep = self.cache_sweep
+        if not sweep:
+            return f"the effective cache is not measured yet (roofline.measure_cache); {os_says}, unverified."
+        if sweep.get("undecided"):
+            return f"the effective cache is undecided ({sweep['undecided']}); {os_says}, unverified."
+        fast, slow, gain = sweep.get("fast_up_to"), sweep.get("slow_from"), sweep.get("gain", math.nan)
+        if not fast:
+            return (
+                f"no copy of the sweep (from {_mib(slow or 0)} touched) ran {CACHE_GAIN:.1f}× faster than the "
+                f"largest: no cache effect above that size here; {os_says}."
+            )
+        text = f"effective last-level cache: copies touching up to {_mib(fast)} ran {gain:.1f}× faster than main memory"
+        text += f", from {_mib(slow)} at its speed (the knee of this machine's sweep)" if slow else ""
+        if reported and slow and reported >= slow:
+            return text + f"; {os_says}, more than this machine gets (in a VM, often the host's whole cache)."
+        return text + f"; {os_says}."
+
     def is_noisy(self) -> bool:
         return bool(self.noisy)
 
@@ -568,6 +862,8 @@ class Roofline:
             ("sources", dict),
             ("choices", dict),
             ("cpu_features", dict),
+            ("dtype_speed", dict),
+            ("cache_sweep", dict),
             ("noisy", list),
             ("remeasures", int),
             ("threads", int),
@@ -752,6 +1048,7 @@ def _measure(dev: torch.device, dtypes: list[str], parts: set[str]) -> Roofline:
         bandwidth=math.nan,
         dispatch_latency=math.nan,
         cache_bytes=cache_bytes(dev),
+        reported_cache_bytes=cache_bytes(dev),
         mode=course_mode(),
         torch=torch.__version__,
         threads=torch.get_num_threads(),
@@ -776,6 +1073,11 @@ def _measure(dev: torch.device, dtypes: list[str], parts: set[str]) -> Roofline:
         setattr(rf, "bandwidth" if part == "bandwidth" else "dispatch_latency", value)
         rf.spread[part] = _spread(m)
         rf.noisy += [part] if m.noisy or m.budget_limited or m.busy else []
+    if "speed" in parts:
+        rf.dtype_speed = dtype_speeds(dev)
+    if "cache" in parts and dev.type == "cpu":
+        rf.cache_sweep = measure_cache(dev)
+        rf.cache_bytes = _effective_cache(rf)
     if dev.type == "cuda" and "h2d" in parts:
         for pinned in (True, False):
             rf.h2d_bandwidth["pinned" if pinned else "pageable"], m = h2d_bandwidth(pinned=pinned, device=dev)
@@ -789,7 +1091,7 @@ def measure_roofline(device: DeviceLike = None, dtypes: list[str] | None = None,
     for each limit, which value was kept and why, and one line per limit prints it)."""
     dev = choose_device(device)
     dtypes = _dtype_list(dtypes, dev)
-    rf = _measure(dev, dtypes, {"bandwidth", "dispatch", "h2d"})
+    rf = _measure(dev, dtypes, {"bandwidth", "dispatch", "h2d", "speed", "cache"})
     for line in cap_at_datasheet(rf, datasheet(rf.machine_id)):
         print(line)
     if store:
@@ -992,6 +1294,10 @@ def _merge(old: Roofline, new: Roofline) -> Roofline:
             keep_old(name)
     for kind, value in old.h2d_bandwidth.items():
         new.h2d_bandwidth.setdefault(kind, value)
+    if not new.dtype_speed or (new.dtype_speed.get("undecided") and not old.dtype_speed.get("undecided")):
+        new.dtype_speed = old.dtype_speed or new.dtype_speed  # a decided table is not replaced by an undecided one
+    if not new.cache_sweep:
+        new.cache_sweep, new.cache_bytes = old.cache_sweep, old.cache_bytes if old.cache_sweep else new.cache_bytes
     new.noisy = sorted(noisy)
     new.mode = "full" if "full" in (old.mode, new.mode) else new.mode
     new.remeasures = old.remeasures
@@ -1010,6 +1316,16 @@ def get_roofline(device: DeviceLike = None, dtypes: list[str] | None = None, ref
     if stored is None or not _compatible(stored, dev, course_mode()) or not set(wanted) <= set(stored.peak_flops):
         print("roofline: none stored for this machine and set-up yet: measuring it (notebook 00 shows how)")
         return measure_roofline(dev, dtypes=sorted(set(wanted) | set(stored.peak_flops if stored else [])))
+    if not stored.dtype_speed:  # stored before the course measured what each dtype costs: measured now, kept
+        print("roofline: measuring what each number format costs here (stored with the roofline)")
+        stored.dtype_speed = dtype_speeds(dev)
+        save_roofline(stored)
+    if dev.type == "cpu" and not stored.cache_sweep:  # stored before the course measured the effective cache
+        print("roofline: measuring the effective cache (the knee of a bandwidth sweep, stored with the roofline)")
+        stored.reported_cache_bytes = cache_bytes(dev)
+        stored.cache_sweep = measure_cache(dev)
+        stored.cache_bytes = _effective_cache(stored)
+        save_roofline(stored)
     if not stored.is_noisy() or stored.remeasures >= MAX_REMEASURES:
         note = (
             f" (noisy: {', '.join(stored.noisy)}; kept after {stored.remeasures} re-measurements)"

@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .checks import check_int, check_number
+from .checks import check_callable, check_int, check_number
 from .device import Load
 from .timing import (
     _ADVICE,
@@ -618,3 +618,74 @@ def time_together(
         raise TypeError(f"time_together got {unknown}: its options are interleaved's, {sorted(known)}.")
     measured = interleaved(candidates, **options)
     return Comparison(measurements=measured, baseline=baseline if baseline is not None else next(iter(measured)))
+
+
+#: A decision is refused when more than this share of the measurements it rests on are noisy (any busy one
+#: refuses it): a few noisy rows of a table do not stop a choice, a sweep mostly disturbed does.
+NOISY_SHARE = 0.25
+
+
+def _measurements_in(value: Any) -> list[Measurement]:
+    if isinstance(value, Measurement):
+        return [value]
+    if isinstance(value, Comparison):
+        return list(value.measurements.values())
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [m for v in value for m in _measurements_in(v)]
+    return []
+
+
+def noise_reason(value: Any) -> str | None:
+    """Why the measurements in ``value`` (a Measurement, a Comparison, or a list or dict of them) cannot carry a
+    decision, or None: the machine was busy during any of them, or more than :data:`NOISY_SHARE` of them are
+    noisy (their own spread, or delayed samples). The reason names the measurement and its symptom."""
+    found = _measurements_in(value)
+    busy = next((m for m in found if m.busy), None)
+    if busy is not None:
+        return f"{busy.label or 'a measurement'}: " + "; ".join(r for r in busy.noise_reasons() if "busy" in r)
+    noisy = [m for m in found if m.noisy]
+    if found and len(noisy) > NOISY_SHARE * len(found):
+        worst = noisy[0]
+        return (
+            f"{len(noisy)} of {len(found)} measurements are noisy ({worst.label or 'one'}: "
+            f"{'; '.join(worst.noise_reasons())})"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What :func:`settle` measured: ``value`` (the last attempt's), ``reason`` (None when it may carry the
+    decision; else why not), ``attempts`` (1, or 2 after a re-measurement) and ``what`` the decision is."""
+
+    value: Any
+    reason: str | None
+    attempts: int
+    what: str
+
+    @property
+    def decided(self) -> bool:
+        return self.reason is None
+
+    def undecided(self) -> str:
+        """The line to print in place of the decision: ``'undecided: <what>: <reason> (measured twice) — …'``."""
+        return f"undecided: {self.what}: {self.reason} (measured {self.attempts}×) — {_ADVICE}."
+
+
+def settle(measure: Callable[[], Any], *, what: str, flagged: Callable[[Any], str | None] = noise_reason) -> Settled:
+    """**Noise stops decisions**, the one rule every notebook uses: call ``measure()``; when ``flagged`` finds a
+    reason not to decide on what it returned (default :func:`noise_reason`: a busy machine, or mostly noisy
+    measurements), call it once more; when that is flagged too, the decision named ``what`` (a target, a choice,
+    a simulation input, a derived ratio) is undecided: print ``settled.undecided()`` instead of a number."""
+    check_callable("measure", measure, "pass a zero-argument function that takes the measurements")
+    if not isinstance(what, str) or not what.strip():
+        raise ValueError("what= names the decision that rests on the measurement, e.g. 'the p99 target'.")
+    value = measure()
+    reason = flagged(value)
+    if reason is None:
+        return Settled(value, None, 1, what)
+    print(f"re-measuring once: {reason}")
+    value = measure()
+    return Settled(value, flagged(value), 2, what)
