@@ -35,10 +35,12 @@ Use it on your own model: ``diagnose(model, example_input, rf)`` with ``rf = roo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from .checks import check_callable, check_instance, check_int
@@ -47,7 +49,7 @@ from .modes import pick
 from .opcount import OpCount, count_ops
 from .roofline import Roofline, memory_bandwidth
 from .timing import Measurement
-from .verdict import Comparison, time_together
+from .verdict import Comparison, busy_reason, paired_interval, settle, time_together
 
 #: How :func:`doubling` words each outcome, in the doctor's sentences.
 DOUBLING_WORDS = {
@@ -110,7 +112,8 @@ class Diagnosis:
         }
 
     def explain(self) -> str:
-        return f"batch {self.batch}: {self.regime}-bound. " + " ".join(self.reasons)
+        name = {"inefficient": "inefficient kernels", "undetermined": "undetermined", "busy": "undecided (busy)"}
+        return f"batch {self.batch}: {name.get(self.regime, self.regime + '-bound')}. " + " ".join(self.reasons)
 
 
 def doubling(sizes: Comparison, small: str, big: str) -> str:
@@ -126,6 +129,42 @@ def doubling(sizes: Comparison, small: str, big: str) -> str:
     if per_item.faster:
         return "shared"
     return "more per item" if per_item.slower else "proportional"
+
+
+def reversed_order(sizes: Comparison, small: str, middle: str, big: str) -> str | None:
+    """Whether the second doubling (``middle`` → ``big``) cost ``"cheaper"`` or ``"dearer"`` per item than the
+    first (``small`` → ``middle``), decided by one paired test on the per-round growths (the same rounds, so drift
+    cancels), with the verdict's margin; None when the two are within noise of each other."""
+    from .verdict import MARGIN
+
+    t1, t2, t4 = (np.asarray(sizes[label].samples) for label in (small, middle, big))
+    first, second = t2 / t1, t4 / t2  # each round's growth at each doubling
+    ratio, low, high = paired_interval(first / second)  # above 1: the second doubling grew less
+    if math.isnan(low):
+        return None
+    if low > 1 and ratio >= 1 + MARGIN:
+        return "cheaper"
+    if high < 1 and ratio <= 1 / (1 + MARGIN):
+        return "dearer"
+    return None
+
+
+def faster_math(rf: Roofline, device: torch.device) -> str:
+    """The advice for a compute-bound call, from what this machine measured (``rf.dtype_speed``): the number
+    formats that ran faster than fp32 here, or that none did."""
+    faster = rf.faster_dtypes()
+    if faster:
+        gains = ", ".join(
+            f"{d} ({max((rf.speed(d, k) or {}).get('ratio', 0) for k in ('matmul', 'conv')):.1f}× fp32 measured here)"
+            for d in faster
+        )
+        return f"Use faster math: {gains}" + ("; tf32 for fp32 work on tensor cores." if device.type == "cuda" else ".")
+    if not rf.dtype_speed:
+        return "Faster math may help where its kernels are fast: roofline.dtype_speeds measures which are, here."
+    return (
+        "No number format ran faster than fp32 here (roofline.speed_table): on this machine do less work (a smaller "
+        "model, a compiled kernel that wastes less) rather than change the math."
+    )
 
 
 def _double_batch(x: torch.Tensor, batch_dim: int) -> torch.Tensor:
@@ -204,12 +243,17 @@ def diagnose(
     labels = {b: f"batch {b}" for b in inputs}
     # the three sizes timed together, round by round: each doubling is judged by paired verdicts, not by a ratio
     # of medians from separate cells held against a fixed threshold
-    sizes = time_together(
-        {labels[b]: (lambda x=x: call(x)) for b, x in inputs.items()},
-        items={labels[b]: b for b in inputs},
-        device=dev,
-        repeats=repeats,
+    settled = settle(  # noise stops a decision: a busy session is timed once more, then the regime is undecided
+        lambda: time_together(
+            {labels[b]: (lambda x=x: call(x)) for b, x in inputs.items()},
+            items={labels[b]: b for b in inputs},
+            device=dev,
+            repeats=repeats,
+        ),
+        what=f"the regime at batch {batch}",
+        flagged=busy_reason,
     )
+    sizes = settled.value
     t1, t2, t4 = (sizes[labels[b]] for b in inputs)
     growth = 1 / sizes.speedup(labels[2 * batch], against=labels[batch])  # time(2B) / time(B), paired
     growth2 = 1 / sizes.speedup(labels[4 * batch], against=labels[2 * batch])
@@ -217,8 +261,8 @@ def diagnose(
     second = doubling(sizes, labels[2 * batch], labels[4 * batch])
     counts = count_ops(call, example)  # as timed: under inference_mode, where fast paths (fused kernels) run
     ws = working_set_bytes(model, example, call(example))
-    cache = rf.cache_bytes
-    cache_resident = bool(cache) and ws <= cache
+    cache = rf.cache_bytes or 0
+    cache_resident = rf.fits_in_cache(ws) is True  # by the knee this machine measured (None: straddles it)
     bandwidth = rf._bandwidth()  # checked again here: a field can be changed after the roofline was built
     if cache_resident:  # the roof that applies is the cache's: measure a copy of the working set's size
         bandwidth = max(rf.bandwidth, memory_bandwidth(dev, nbytes=max(ws // 2, 2**20), repeats=pick(5, 9))[0])
@@ -236,25 +280,26 @@ def diagnose(
         f"Doubling the batch took {growth:.2f}× the time ({DOUBLING_WORDS[first]}), and doubling it again "
         f"{growth2:.2f}× ({DOUBLING_WORDS[second]}); the three sizes were timed together, round by round."
     ]
-    rank = {name: k for k, name in enumerate(DOUBLING_WORDS)}  # free < shared < proportional < more per item
-    if rank[second] < rank[first]:  # the bigger doubling cost less per item than the smaller one
+    order = reversed_order(sizes, *(labels[b] for b in inputs))
+    if order == "cheaper":  # the bigger doubling cost less per item than the smaller one, beyond the noise
         reasons.append(
             "The two doublings do not follow the usual order (a batch costs more per item as the machine fills "
             "up, never less). Each was judged against the noise of its own rounds, and a busy moment would have hit "
             "all three sizes alike, so this is a change between these sizes: the library switching kernels or "
             "splitting threads differently (notebook 08 profiles one). Read each batch size's regime on its own."
         )
-    elif rank[second] > rank[first]:
+    elif order == "dearer":
         reasons.append(
             "The second doubling cost more per item than the first: the machine fills up between these sizes."
         )
     amortised = first in ("free", "shared") and second in ("free", "shared")  # fixed costs shared by the batch
     flat = first == "free" and second == "free"  # a bigger batch costs nothing more
     grows = first in ("proportional", "more per item") and second in ("proportional", "more per item")
+    knee = "the knee of its bandwidth sweep" if rf.cache_sweep else "as the OS reports it"
     where = (
         f"Its working set ({ws / 2**20:.2f} MiB: weights, input, output) fits in the {cache / 2**20:.0f} MiB "
-        f"cache, so the memory roof that applies is the cache's, {bandwidth / 1e9:.0f} GB/s (a copy of that "
-        f"size), not main memory's {rf.bandwidth / 1e9:.0f} GB/s. "
+        f"this machine's caches served faster than main memory ({knee}), so the memory roof that applies is the "
+        f"cache's, {bandwidth / 1e9:.0f} GB/s (a copy of that size), not main memory's {rf.bandwidth / 1e9:.0f} GB/s. "
         if cache_resident
         else ""
     )
@@ -289,16 +334,16 @@ def diagnose(
             reasons.append(
                 where + f"At the roofs its work would take {explained:.0%} of the measured time, and {counts.ops} "
                 f"ops × {rf.dispatch_latency * 1e6:.2f} µs (a typical small op) only {overhead_share:.0%}: the "
-                "fixed cost of each call is neither the work nor dispatch, but something else every call pays "
-                "(weights reordered or packed per call, a slow small-batch kernel path: notebook 08 profiles "
-                "one). "
+                "fixed cost of each call is unexplained by what the doctor counts: the Python around the ops "
+                "(nn.Module calls, which a bare op does not pay and torch.compile removes), a per-call weight "
+                "reorder, or a slow small-batch kernel: profile the call (notebook 08) to see which. "
                 + (
-                    "A bigger batch shares it; fusion or CUDA graphs, which cut dispatch, would not."
+                    "A bigger batch shares it."
                     if amortised
-                    else "The doublings above do not show a bigger batch sharing it: profile the call (notebook 08)."
+                    else "The doublings above do not show a bigger batch sharing it."
                 )
             )
-    elif not counts.flops_complete:
+    elif not counts.flops_complete and counts.intensity < ridge:
         regime = "undetermined"
         reasons.append(
             where + incomplete + "The doctor does not place it against the ridge point: profile it (notebook 08) "
@@ -328,20 +373,38 @@ def diagnose(
         )
     else:
         regime = "compute"
-        placed = rf.place(counts.flops, counts.bytes, t1.median, dtype)
+        compute_fraction = achieved_flops / peak
         reasons.append(
             where
+            + (
+                incomplete + "Uncounted FLOPs only raise the intensity, and the counted ones already pass the ridge. "
+                if not counts.flops_complete
+                else ""
+            )
             + f"It does {counts.intensity:.1f} FLOP per byte, above the ridge point of {ridge:.1f}, and "
             + (
-                f"reaches {placed['fraction_of_bound']:.0%} of the {dtype} compute roof. "
-                if not placed["above_roof"]
-                else placed["explanation"] + " "
+                f"reaches {compute_fraction:.0%} of the {dtype} compute roof. "
+                if compute_fraction <= 1
+                else rf.place(counts.flops, counts.bytes, t1.median, dtype)["explanation"] + " "
             )
-            + "Use faster math: bf16/fp16 or tf32 tensor cores, int8."
+            + faster_math(rf, dev)
         )
+    if not settled.decided:  # measured twice on a busy machine: no regime is claimed from it
+        regime = "busy"
+        reasons.insert(0, settled.undecided() + " What follows is what the numbers would say on a quiet machine.")
     if regime == "overhead" and not counts.flops_complete:
         reasons.append(incomplete.strip())
-    if regime in ("memory", "compute") and explained < EXPLAINED_MIN:
+    if regime == "compute" and counts.flops_complete and explained < EXPLAINED_MIN:
+        # past the ridge, yet far from the compute roof: under-used compute, not compute-bound (faster math would
+        # speed up kernels that are not what limits it)
+        reasons[-1] = reasons[-1].replace(faster_math(rf, dev), "").rstrip()
+        reasons.append(
+            f"But the work at the roofs would take only {explained:.0%} of the time: neither roof limits it, the "
+            "kernels are inefficient for these shapes (small or awkward work), so faster math would not help much; "
+            "a bigger batch, another layout or a compiled kernel might (notebooks 03, 04, 08)."
+        )
+        regime = "inefficient"
+    elif regime == "memory" and explained < EXPLAINED_MIN:
         reasons.append(
             f"But the work at the roofs would take only {explained:.0%} of the time: the kernels are "
             "inefficient for these shapes (small or strided work), far from both roofs."

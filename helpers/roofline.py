@@ -328,14 +328,14 @@ def dtype_speeds(device: DeviceLike = None, budget: float | None = None) -> dict
 
     Returns ``{"speed": {kernel: {dtype: {"outcome", "ratio" (× fp32's speed: above 1 faster), "low", "high",
     "how"}}}, "kernels": {kernel: what was timed}, "undecided": reason or None}``."""
-    from .verdict import settle
+    from .verdict import busy_reason, settle
 
     dev = choose_device(device)
     budget = pick(2.0, 4.0) if budget is None else check_number("budget", budget, positive=True)
     settled = settle(
         lambda: _speed_session(dev, budget),
         what="what each number format costs here",
-        flagged=lambda r: _speed_noise(r["comparison"]),
+        flagged=lambda r: busy_reason(r["comparison"]),
     )
     result = {"speed": settled.value["speed"], "kernels": settled.value["kernels"], "undecided": settled.reason}
     if settled.reason:
@@ -344,13 +344,6 @@ def dtype_speeds(device: DeviceLike = None, budget: float | None = None) -> dict
                 if entry["outcome"] in ("faster", "slower", "within noise") and "interleaved" in entry["how"]:
                     entry["outcome"] = "undecided"
     return result
-
-
-def _speed_noise(cmp: Any) -> str | None:
-    """A speed session is refused only when the machine was busy: its verdicts are paired, round by round, so a
-    candidate's own spread is already in their intervals."""
-    busy = next((m for m in cmp.measurements.values() if m.busy), None)
-    return None if busy is None else "; ".join(r for r in busy.noise_reasons() if "busy" in r)
 
 
 def speed_table(rf: Roofline) -> Any:

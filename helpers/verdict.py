@@ -655,6 +655,15 @@ def noise_reason(value: Any) -> str | None:
     return None
 
 
+def busy_reason(value: Any) -> str | None:
+    """Why the measurements in ``value`` cannot carry a decision for a *paired* comparison, or None: only a busy
+    machine refuses it (a candidate's own spread is already in the per-round intervals)."""
+    busy = next((m for m in _measurements_in(value) if m.busy), None)
+    if busy is None:
+        return None
+    return f"{busy.label or 'a measurement'}: " + "; ".join(r for r in busy.noise_reasons() if "busy" in r)
+
+
 @dataclass(frozen=True)
 class Settled:
     """What :func:`settle` measured: ``value`` (the last attempt's), ``reason`` (None when it may carry the

@@ -233,3 +233,48 @@ def test_flop_counts_match_flopcountermode_and_an_analytic_count():
     assert counted.flops_complete and counted.flops >= mode.get_total_flops() > 0.9 * counted.flops
     lstm = torch.nn.LSTM(32, 64)
     assert not opcount.count_ops(lambda t: lstm(t)[0], torch.randn(5, 2, 32)).flops_complete
+
+
+def test_a_reversal_is_claimed_only_when_one_paired_test_finds_it():
+    # growth 1.68 then 1.78 (the quick copy's MLP): the usual order within noise, never a reversal
+    assert doctor.reversed_order(_sizes({1: 1.0, 2: 1.68, 4: 2.99}, jitter=0.05), "batch 1", "batch 2", "batch 4") in (
+        None,
+        "dearer",
+    )
+    cheaper = _sizes({1: 1.0, 2: 2.0, 4: 2.4})  # the second doubling cost far less per item: a kernel switch
+    assert doctor.reversed_order(cheaper, "batch 1", "batch 2", "batch 4") == "cheaper"
+    same = _sizes({1: 1.0, 2: 2.0, 4: 4.0})
+    assert doctor.reversed_order(same, "batch 1", "batch 2", "batch 4") is None
+
+
+def test_compute_advice_names_only_formats_measured_faster_here(rf):
+    slow = roofline.Roofline("cpu", "t", dict(rf.peak_flops), rf.bandwidth, rf.dispatch_latency)
+    entry = {"outcome": "slower", "ratio": 0.55, "low": 0.5, "high": 0.6, "how": "interleaved with fp32"}
+    slow.dtype_speed = {"speed": {"matmul": {"bf16": entry}}, "kernels": {}, "undecided": None}
+    advice = doctor.faster_math(slow, torch.device("cpu"))
+    assert "No number format ran faster" in advice and "bf16" not in advice
+    fast = dict(entry, outcome="faster", ratio=1.8)
+    slow.dtype_speed["speed"]["matmul"]["bf16"] = fast
+    assert "bf16 (1.8× fp32 measured here)" in doctor.faster_math(slow, torch.device("cpu"))
+
+
+@pytest.mark.timing
+def test_counted_flops_past_the_ridge_are_compute_bound_even_when_some_are_uncounted(rf):
+    w = torch.randn(1024, 1024)
+    lstm = torch.nn.LSTM(4, 4)
+    tiny = torch.randn(1, 1, 4)
+
+    def call(x):  # a large matmul (counted) beside a fused op FlopCounterMode has no formula for
+        return x @ w, lstm(tiny)[0]
+
+    d = settled(call, torch.randn(256, 1024), rf)
+    assert not d.counts.flops_complete and d.counts.intensity > rf.ridge_point()
+    assert d.regime in ("compute", "overhead"), d.explain()
+    assert d.regime != "undetermined" and "undetermined" not in d.explain()
+
+
+def test_a_busy_session_leaves_the_regime_undecided(rf, monkeypatch):
+    monkeypatch.setattr(doctor, "busy_reason", lambda value: "other processes used 1.5 of the 2 CPUs")
+    d = doctor.diagnose(lambda x: x * 2, torch.randn(4, 16), rf, repeats=3)
+    assert d.regime == "busy" and d.explain().startswith("batch 4: undecided (busy). undecided: the regime")
+    assert "overhead-bound" not in d.explain()
