@@ -3,7 +3,8 @@
 One concept per module, each function in one home (imports run one way: ``tests/test_imports.py``):
 ``device`` (choose, sync, report, CPU features, a busy machine), ``fp32`` (fp32 means fp32: the TF32 switches),
 ``timing`` (Measurement, the time-budgeted benchmark, interleaved rounds, the one sample planner, probing a slow
-case), ``verdict`` (the one judge of every comparison, ``time_together`` and its Comparison, tables), ``roofline``
+case), ``verdict`` (the one judge of every comparison, ``time_together`` and its Comparison, tables, ``settle``: noise
+stops a decision), ``roofline``
 (this machine's limits, measured once and stored), ``opcount`` (the ops, FLOPs and bytes of one eager call),
 ``doctor`` (which regime a model is in), ``fusion`` (kernels and generated code, eager vs compiled), ``onnxrt``
 (ONNX export, ONNX Runtime sessions, int8), ``energy`` (joules per call from NVML or RAPL), ``pipeline``
@@ -44,7 +45,7 @@ from .fp32 import exact_fp32  # noqa: E402
 from .modes import course_mode, pick, set_mode  # noqa: E402
 from .results import Recorder, load_reference, load_results, record  # noqa: E402
 from .timing import Measurement, benchmark, format_seconds, interleaved, timed_call  # noqa: E402
-from .verdict import Comparison, Verdict, compare, time_together, verdict, winner  # noqa: E402
+from .verdict import Comparison, Verdict, compare, settle, time_together, verdict, winner  # noqa: E402
 
 __all__ = [
     "Comparison",
@@ -65,6 +66,7 @@ __all__ = [
     "pick",
     "record",
     "set_mode",
+    "settle",
     "sync",
     "time_together",
     "timed_call",

@@ -27,27 +27,6 @@ def _check_curve(batches: Sequence[int], values: Sequence[float], name: str) -> 
         raise ValueError(f"batches={list(batches)!r}: batch sizes must be distinct and in increasing order.")
 
 
-def _progress_line(label: str, total: int) -> Callable[[int, int, float], None] | None:
-    """One output line in a notebook, updated in place after each batch (None outside IPython). A display
-    that is updated, unlike a progress-bar widget, is saved in its last state in an executed notebook."""
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:
-        return None
-    if get_ipython() is None:
-        return None
-    from .timing import format_seconds
-
-    handle = display({"text/plain": f"{label}: 0/{total} batch sizes timed"}, raw=True, display_id=True)
-
-    def show(done: int, batch: int, median: float) -> None:
-        text = f"{label}: {done}/{total} batch sizes timed (last: batch {batch}, {format_seconds(median)} per call)"
-        handle.update({"text/plain": text}, raw=True)
-
-    return show
-
-
 def sweep(
     model: Callable[[torch.Tensor], Any],
     make_input: Callable[[int], torch.Tensor],
@@ -79,7 +58,9 @@ def sweep(
     check_callable("model", model, hint="sweep() needs a model and a make_input(batch) function")
     check_callable("make_input", make_input, hint="sweep() needs a model and a make_input(batch) function")
     check_ints("batches", batches, hint="pass a list of batch sizes ≥ 1, e.g. [1, 8, 64]")
-    show = _progress_line(label or "batch sweep", len(batches)) if progress else None
+    from .progress import bar
+
+    shown = bar(total=len(batches), desc=f"{label or 'batch sweep'}: batch sizes", unit="batch") if progress else None
     rows, measurements = [], []
     for b in batches:
         x = make_input(b)
@@ -115,8 +96,11 @@ def sweep(
         if measure_memory:
             row["peak_bytes"] = peak
         rows.append(row)
-        if show is not None:
-            show(len(rows), b, m.median)
+        if shown is not None:
+            shown.set_postfix_str(f"batch {b}: {m.median * 1e3:.3g} ms per call", refresh=False)
+            shown.update(1)
+    if shown is not None:
+        shown.close()
     warning = sweep_warning(list(batches), measurements)  # a bigger batch that took less time: a busy machine
     if warning:
         print(warning)

@@ -247,7 +247,14 @@ def launches(
     check_int("n", n, 1, hint="how many fresh processes to start, e.g. 3")
     if len(earlier) > n:
         raise ValueError(f"earlier holds {len(earlier)} launches, more than n={n}: pass n ≥ len(earlier).")
-    runs = tuple(earlier) + tuple(launch(script, cache=cache, **kwargs) for _ in range(n - len(earlier)))
+    from .progress import bar
+
+    fresh = []
+    with bar(total=n - len(earlier), desc=f"{kwargs.get('label') or script}: fresh processes", unit="launch") as shown:
+        for _ in range(n - len(earlier)):
+            fresh.append(launch(script, cache=cache, **kwargs))
+            shown.update(1)
+    runs = tuple(earlier) + tuple(fresh)
     return ColdStart(label=kwargs.get("label") or runs[0].label, launches=runs)
 
 

@@ -164,7 +164,11 @@ def train_classifier(
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
+    from .progress import bar
+
+    shown = bar(total=epochs, desc=f"training {type(model).__name__}", unit="epoch")
     for epoch in range(epochs):
+        shown.update(1)
         perm = torch.randperm(len(images), generator=generator)
         for start in range(0, len(perm), batch_size):
             idx = perm[start : start + batch_size]
@@ -185,6 +189,7 @@ def train_classifier(
             loss.backward()
             opt.step()
         sched.step()
+    shown.close()
     return model.eval()
 
 

@@ -346,6 +346,36 @@ def dtype_speeds(device: DeviceLike = None, budget: float | None = None) -> dict
     return result
 
 
+def flags_clause(dtype: str, faster: bool, features: dict[str, Any] | None = None) -> str:
+    """What a CPU's flags said about ``dtype`` beside what was measured (``faster``: measured faster than fp32),
+    as a clause: agreement, or the disagreement and what to learn from it (units are not kernels)."""
+    from .device import cpu_dtype_support
+
+    has, why = cpu_dtype_support(features)[dtype]
+    units = why.removeprefix("hardware units: ")
+    if has and faster:
+        return f"this CPU advertises {units}, and PyTorch's kernels use them"
+    if has:
+        return (
+            f"this CPU advertises {units}, yet PyTorch's {dtype} kernels for these shapes are not faster than fp32 "
+            "here: a CPU's units are not a library's kernels, so measure, do not infer from the flags"
+        )
+    if has is False and faster:
+        return f"faster although the CPU advertises no {dtype} units ({why})"
+    if has is False:
+        return f"as its flags predict: {why}"
+    return "this platform does not say which units it has; the measurement decides"
+
+
+def flags_against(verdict: Any, dtype: str, device: DeviceLike = None) -> str:
+    """One sentence for a notebook's own comparison of ``dtype`` against fp32 (a :class:`helpers.verdict.Verdict`
+    of this run): its verdict, and on a CPU what the CPU's flags said beside it (:func:`flags_clause`)."""
+    check_choice("dtype", dtype, SPEED_DTYPES, hint="one of the dtypes the speed table measures")
+    if choose_device(device).type != "cpu":
+        return f"{verdict.candidate}: {verdict.phrase()} (this session)."
+    return f"{verdict.candidate}: {verdict.phrase()} (this session); {flags_clause(dtype, verdict.faster)}."
+
+
 def speed_table(rf: Roofline) -> Any:
     """The measured speed of each number format against fp32 (:func:`dtype_speeds`, stored with ``rf``) as a
     table, one row per dtype: what a CPU advertises beside it, each kernel's speed as a multiple of fp32's with its
@@ -478,6 +508,8 @@ def reconsider_cache(rf: Roofline, buffer_bytes: list[int], measurements: list[A
     check_instance("rf", rf, Roofline, hint="pass the roofline, e.g. roofline.get_roofline(device)")
     if len(buffer_bytes) != len(measurements):
         raise ValueError("pass one (bytes/s, Measurement) pair per buffer size, as memory_bandwidth returns them.")
+    if not rf.device.startswith("cpu"):  # a GPU's curve rises with size (launches), its L2 is what the driver says
+        return rf.cache_line()
     reason = noise_reason([m for _bw, m in measurements])
     if reason:
         return f"the sweep was disturbed ({reason}), so it does not move the stored cache: " + rf.cache_line()
@@ -668,27 +700,9 @@ class Roofline:
         if not measured:
             return f"{dtype}: not measured on this machine yet (roofline.dtype_speeds measures it)."
         said = "; ".join(measured)
-        faster = self.pays(dtype)
         if not self.device.startswith("cpu"):
             return f"{dtype}: PyTorch's {said}."
-        from .device import cpu_dtype_support
-
-        has, why = cpu_dtype_support(self.cpu_features or None)[dtype]
-        units = why.removeprefix("hardware units: ")
-        if has and faster:
-            tail = f"this CPU advertises {units}, and PyTorch's kernels use them"
-        elif has:
-            tail = (
-                f"this CPU advertises {units}, yet PyTorch's {dtype} kernels for these shapes are not faster than "
-                "fp32 here: a CPU's units are not a library's kernels, so measure, do not infer from the flags"
-            )
-        elif has is False and faster:
-            tail = f"faster although the CPU advertises no {dtype} units ({why})"
-        elif has is False:
-            tail = f"as its flags predict: {why}"
-        else:
-            tail = "this platform does not say which units it has; the measurement decides"
-        return f"{dtype}: PyTorch's {said}: {tail}."
+        return f"{dtype}: PyTorch's {said}: {flags_clause(dtype, self.pays(dtype), self.cpu_features or None)}."
 
     def mfu(self, achieved_flops: float, dtype: str = "fp32") -> float | None:
         """Model FLOP/s utilisation: ``achieved_flops`` as a share of this machine's ``dtype`` compute roof.
@@ -718,10 +732,13 @@ class Roofline:
         intensity = check_number("intensity", intensity, minimum=0.0, hint="FLOPs per byte moved, ≥ 0")
         return min(self._peak(dtype), intensity * self._bandwidth())
 
-    def place(self, flops: float, nbytes: float, seconds: float, dtype: str = "fp32") -> dict[str, Any]:
+    def place(
+        self, flops: float, nbytes: float, seconds: float, dtype: str = "fp32", busy: bool = False
+    ) -> dict[str, Any]:
         """Where a measured workload sits: its intensity, achieved FLOP/s and bytes/s, the bound that applies,
         the fraction of that bound it reached (``fraction_of_bound``, raw, and ``shown_fraction``, clamped to 1
-        for display), and, when it is above its roof, ``explanation``: one generated line saying why."""
+        for display), and, when it is above its roof, ``explanation``: one generated line saying why. ``busy``
+        (the measurement's ``.busy``): the machine was busy while it was timed, and ``advice`` leads with that."""
         check_number("seconds", seconds, positive=True, hint="use a Measurement's median")
         intensity = arithmetic_intensity(flops, nbytes)
         bound = "memory" if intensity < self.ridge_point(dtype) else "compute"
@@ -743,6 +760,11 @@ class Roofline:
         }
         placed["explanation"] = self.explain_above_roof(placed, nbytes, dtype) if fraction > 1.0 else None
         placed["advice"] = _advice(placed)
+        if busy and placed["advice"]:
+            placed["advice"] = (
+                "the machine was busy while this was timed, so read the rest only after a re-run on a quiet machine: "
+                + placed["advice"]
+            )
         return placed
 
     def explain_above_roof(self, placed: dict[str, Any], nbytes: float, dtype: str = "fp32") -> str:

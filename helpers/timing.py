@@ -711,14 +711,18 @@ def _rounds(
 ) -> dict[str, list[float]]:
     """The rounds of :func:`interleaved`: the first :data:`MIN_ROUNDS` always, then more while the next round
     (as long as the last one took) fits the budget, up to ``repeats``."""
+    from .progress import bar
+
     samples: dict[str, list[float]] = {n: [] for n in labels}
     gc_was_enabled = gc.isenabled()
     gc.disable()
+    shown = bar(total=repeats, desc=f"{len(labels)} candidates, timed round by round", unit="round")
     try:
         last = 0.0
         for r in range(repeats):
             if r >= MIN_ROUNDS and time.perf_counter() - begin + last > limit:
                 break
+            shown.update(1)
             started = time.perf_counter()
             for name in labels[r % len(labels) :] + labels[: r % len(labels)]:
                 fn, n = candidates[name], number[name]
@@ -732,6 +736,7 @@ def _rounds(
                 samples[name].append((time.perf_counter() - start) / n)
             last = time.perf_counter() - started
     finally:
+        shown.close()
         if gc_was_enabled:
             gc.enable()
     return samples

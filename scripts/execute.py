@@ -46,6 +46,7 @@ def execute(
         raise ValueError(f"path={str(path)!r} is not a notebook; pass the path of an .ipynb file")
     dst.parent.mkdir(parents=True, exist_ok=True)
     partial = dst.with_name(f".{dst.stem}.partial.ipynb")  # papermill wants an .ipynb name
+    os.environ.setdefault("COURSE_PROGRESS", "off")  # the kernel inherits it: no progress bars in executed copies
     status, error = "ok", None
     try:
         papermill.execute_notebook(

@@ -327,3 +327,81 @@ def test_verdicts_judge_one_session_or_say_why_not(path):
         "pass independent='why' where each sample is its own run"
     )
     check_pending(path, notebook_session_findings(path), PENDING_SESSIONS, "PENDING_SESSIONS", advice)
+
+
+# -- facts about the machine are measured, not read -------------------------------------------------------------
+#
+# What a dtype costs and which cache matters are measured (the roofline's speed table and the knee of its bandwidth
+# sweep: ``rf.pays``, ``rf.dtype_line``, ``rf.cache_bytes``, ``rf.fits_in_cache``). A notebook cell may not decide
+# them from the CPU's flags or the OS's figure: ``cpu_dtype_support`` is shown only in notebook 00, beside the
+# measurement (and read for int8's saturation, a property of the instructions themselves); the OS's cache size
+# (``last_level_cache_bytes``, ``roofline.cache_bytes``) is not read at all.
+
+FLAG_CALLS = {"cpu_dtype_support"}
+OS_CACHE_CALLS = {"last_level_cache_bytes", "cache_bytes"}  # cache_bytes: roofline's, not a model's KV cache
+SHOWS_THE_FLAGS = {"00_environment"}
+
+
+def machine_fact_findings(source: str, flags_allowed: bool = False) -> list[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    int8_reads = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == "int8"
+    }
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        owner = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
+        if name == "last_level_cache_bytes" or (name in OS_CACHE_CALLS and owner in (None, "roofline")):
+            found.append(
+                f"line {node.lineno}: the OS's cache size read ({name}); use rf.cache_bytes / rf.fits_in_cache"
+            )
+        elif name in FLAG_CALLS and not flags_allowed and id(node) not in int8_reads:
+            found.append(f"line {node.lineno}: a dtype's speed read from the CPU's flags; use rf.pays / rf.dtype_line")
+    return found
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "llc = roofline.cache_bytes(device)",
+        "c = helpers.device.last_level_cache_bytes()",
+        "fast, why = cpu_dtype_support()['bf16']",
+        "table = cpu_dtype_support(features)",
+    ],
+)
+def test_machine_fact_rule_catches(code):
+    assert machine_fact_findings(code), f"the rule must refuse: {code}"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "fits = rf.fits_in_cache(weights)",
+        "print(rf.dtype_line('bf16'))",
+        "seven_bit = cpu_dtype_support()['int8'][0] is False",
+        "llc = rf.cache_bytes or 32 * 2**20",
+        "kv = model.cache_bytes()",
+    ],
+)
+def test_machine_fact_rule_leaves_alone(code):
+    assert not machine_fact_findings(code), f"the rule must accept: {code}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_machine_facts_are_measured_not_read(path):
+    nb = nbformat.read(path, as_version=4)
+    found = [
+        f"cell {i} {f}"
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        for f in machine_fact_findings(cell.source, flags_allowed=path.stem in SHOWS_THE_FLAGS)
+    ]
+    assert not found, f"{path.stem} reads a machine fact instead of measuring it:\n" + "\n".join(found)
