@@ -71,9 +71,23 @@ def _main(spec_path: str, out_path: str) -> None:
     tmp.replace(out_path)
 
 
+def _serve() -> None:
+    """Run after run, for as long as the parent keeps it: one line ``SPEC.json RESULT.json`` on stdin per run, one
+    line ``done`` on stdout when its result is written. It starts (imports aiohttp) once, not once per run; it ends
+    when its stdin closes (the parent exited)."""
+    for line in sys.stdin:
+        spec_path, out_path = line.split()
+        _main(spec_path, out_path)
+        print("done", flush=True)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if sys.argv[1:] == ["--serve"]:
+        _serve()
+    elif len(sys.argv) != 3:
         raise SystemExit(
-            "usage: python helpers/_loadgen.py SPEC.json RESULT.json (helpers.serving.open_loop writes both)"
+            "usage: python helpers/_loadgen.py SPEC.json RESULT.json (helpers.serving.open_loop writes both), "
+            "or --serve (specs read from stdin, one run per line)"
         )
-    _main(sys.argv[1], sys.argv[2])
+    else:
+        _main(sys.argv[1], sys.argv[2])

@@ -47,6 +47,16 @@ def agreement(reference: torch.Tensor, output: torch.Tensor) -> dict[str, float]
     }
 
 
+def assert_close_to_scale(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> None:
+    """``torch.testing.assert_close`` with ``atol`` taken relative to the expected outputs' scale (their largest
+    magnitude, capped at 1). An absolute tolerance alone lets an all-zero output pass wherever a model's outputs are
+    small (a randomly initialised network's logits can all lie under 1e-4): a runtime that returned nothing would
+    pass a parity check. Raises ``AssertionError`` as ``assert_close`` does."""
+    check_tensor("expected", expected, hint="pass the reference outputs (PyTorch's)")
+    scale = float(expected.detach().abs().max())
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol * min(1.0, scale))
+
+
 @torch.inference_mode()
 def predict(
     fn: Callable[[torch.Tensor], torch.Tensor],

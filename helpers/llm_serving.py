@@ -41,7 +41,7 @@ from .checks import check_callable, check_choice, check_instance, check_int, che
 from .llm import GPT, decode_step
 from .serving import poisson_arrivals
 
-__all__ = ["Request", "Trace", "EngineRun", "make_requests", "serve", "serve_live", "percentile"]
+__all__ = ["Request", "Trace", "EngineRun", "make_requests", "pooled", "serve", "serve_live", "percentile"]
 
 
 @dataclass(frozen=True)
@@ -152,6 +152,24 @@ class EngineRun:
             row["acceptance"] = sum(it["accepted"] for it in rounds) / max(1, sum(it["proposed"] for it in rounds))
             row["tokens_per_pass"] = sum(it["emitted"] for it in rounds) / max(1, sum(it["decoding"] for it in rounds))
         return row
+
+
+def pooled(runs: Sequence[EngineRun]) -> EngineRun:
+    """Several runs of one policy (repeated runs, :func:`helpers.runs.compare_runs`) as one, for a descriptive table:
+    their traces and iterations together, their seconds added (tokens/s and goodput over all of them). Verdicts
+    judge the runs themselves, each the unit."""
+    if not runs or not all(isinstance(r, EngineRun) for r in runs):
+        raise ValueError("pooled() needs a non-empty list of EngineRun, e.g. compare_runs(...).results['continuous'].")
+    first = runs[0]
+    return EngineRun(
+        policy=first.policy,
+        slots=first.slots,
+        chunk=first.chunk,
+        traces=[t for r in runs for t in r.traces],
+        iterations=[it for r in runs for it in r.iterations],
+        seconds=sum(r.seconds for r in runs),
+        gamma=first.gamma,
+    )
 
 
 def make_requests(

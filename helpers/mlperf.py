@@ -425,7 +425,10 @@ def run(
     log.log_output.copy_summary_to_stdout = False
     log.enable_trace = False  # the trace (MBs per run) is for debugging; its logger thread would compete for cores
     sut.errors.clear()
-    sut._run(lambda: lg.StartTestWithLogSettings(sut.sut, sut.qsl, settings, log), server=scenario == "Server")
+    from .progress import timed
+
+    with timed(f"LoadGen {scenario} ({mode})", min_duration):
+        sut._run(lambda: lg.StartTestWithLogSettings(sut.sut, sut.qsl, settings, log), server=scenario == "Server")
     if sut.errors:
         exc = sut.errors[0]
         raise RuntimeError(f"predict failed during the LoadGen test ({type(exc).__name__}: {exc})") from exc

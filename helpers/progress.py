@@ -10,6 +10,8 @@ keeps only its results. The course's executor (``scripts/execute.py``: CI, ``mak
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 #: Seconds of work before a bar is drawn.
@@ -27,3 +29,34 @@ def bar(total: int | None, desc: str, unit: str = "step") -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled(), leave=False, delay=DELAY, mininterval=0.5)
+
+
+@contextmanager
+def timed(desc: str, seconds: float) -> Iterator[None]:
+    """A bar for one long call that reports no progress of its own (a LoadGen test, a compile): it fills with the
+    seconds the call is expected to take, from a thread, and is removed when the call returns."""
+    if not enabled():
+        yield
+        return
+    import threading
+    import time
+
+    stop = threading.Event()
+    shown = bar(total=max(1, round(seconds)), desc=desc, unit="s")
+
+    def tick() -> None:
+        start, done = time.monotonic(), 0
+        while not stop.wait(1.0):
+            now = min(int(time.monotonic() - start), shown.total)
+            if now > done:
+                shown.update(now - done)
+                done = now
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        shown.close()

@@ -66,6 +66,13 @@ class Runs:
             meta={"statistic": self.statistic},
         )
 
+    def with_statistic(self, statistic: Callable[[Any], float], statistic_name: str) -> Runs:
+        """The same runs judged on another statistic (e.g. end-to-end latency beside time to first token): still
+        paired by replicate, in this comparison's session."""
+        check_callable("statistic", statistic, "pass a function of one run that returns seconds.")
+        values = {label: [float(statistic(run)) for run in runs] for label, runs in self.results.items()}
+        return Runs(self.results, values, statistic_name, self.baseline, self.session)
+
     def verdict(self, candidate: str, against: str | None = None) -> Verdict:
         """``candidate``'s statistic against ``against``'s (default: the baseline), paired run by run."""
         return verdict(self.measurement(candidate), self.measurement(against or self.baseline), min_samples=MIN_RUNS)

@@ -144,6 +144,43 @@ class LoadRun:
         return row
 
 
+_generator: subprocess.Popen[str] | None = None
+
+
+def _run_generator(spec: Path, out: Path, limit: float) -> None:
+    """One run by the generator process, started once and kept for the next runs (``_loadgen.py --serve``: its
+    Python and aiohttp start once, not once per run). A generator that dies or overruns ``limit`` seconds is
+    stopped and the run fails in one line with its error."""
+    import select
+
+    global _generator
+    if _generator is None or _generator.poll() is not None:
+        _generator = subprocess.Popen(
+            [sys.executable, str(GENERATOR), "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    proc = _generator
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.write(f"{spec} {out}\n")
+    proc.stdin.flush()
+    ready, _, _ = select.select([proc.stdout], [], [], limit)
+    answer = proc.stdout.readline() if ready else ""
+    if answer.strip() != "done" or not out.exists():
+        proc.kill()
+        proc.wait()
+        error = proc.stderr.read().strip()[-800:]
+        why = f"no answer within {limit:.0f} s" if not ready else f"exit {proc.returncode}"
+        raise RuntimeError(f"the load generator failed ({why}): {error}")
+
+
+def generator_pid() -> int | None:
+    """The process id of the load generator this process keeps for its runs, or None while there is none."""
+    return _generator.pid if _generator is not None and _generator.poll() is None else None
+
+
 def _check_bodies(bodies: Any) -> list[str]:
     if isinstance(bodies, (str, bytes)) or not isinstance(bodies, Sequence) or not bodies:
         raise ValueError("pass bodies as a non-empty list of request bodies (JSON strings), e.g. [json.dumps(x)].")
@@ -175,15 +212,10 @@ def open_loop(
     with tempfile.TemporaryDirectory(prefix="loadgen-") as tmp:
         spec = Path(tmp) / "spec.json"
         out = Path(tmp) / "result.json"
-        spec.write_text(json.dumps({"url": url, "bodies": bodies, "offsets": offsets.tolist(), "timeout": timeout}))
-        proc = subprocess.run(
-            [sys.executable, str(GENERATOR), str(spec), str(out)],
-            capture_output=True,
-            text=True,
-            timeout=duration + timeout + 60,
+        spec.write_text(  # the bodies the run sends (cycled from the first): not the whole list every run
+            json.dumps({"url": url, "bodies": bodies[: len(offsets)], "offsets": offsets.tolist(), "timeout": timeout})
         )
-        if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f"the load generator failed (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
+        _run_generator(spec, out, limit=duration + timeout + 60)
         r = json.loads(out.read_text())
     return LoadRun(
         url=url,
@@ -272,6 +304,38 @@ def knee(rows: Sequence[Mapping[str, Any]]) -> float | None:
     return found
 
 
+def summarize_runs(
+    runs: Sequence[LoadRun], p99_target: float, extra: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """One row for repeated runs of one setting at one offered rate (each its own trace): the median over the runs
+    of each run's figures (:meth:`LoadRun.summary`), their lowest and highest p99, the requests, 503s, errors and
+    time-outs of all of them, ``saturated`` when most runs were, and ``meets p99 target`` when the median run's
+    p99 is within the target and no run shed, failed or timed out a request. ``extra``: one dict of numbers per
+    run (e.g. its mean batch), averaged into the row. :func:`knee` and :func:`goodput` read such rows."""
+    if not runs or not all(isinstance(r, LoadRun) for r in runs):
+        raise ValueError("pass the LoadRuns of one setting and rate, e.g. compare_runs(...).results[label].")
+    rows = [r.summary(p99_target) for r in runs]
+    row: dict[str, Any] = {"setting": rows[0]["setting"], "offered (req/s)": rows[0]["offered (req/s)"]}
+    for key in ("achieved (req/s)", "p50 (ms)", "p95 (ms)", "p99 (ms)", "within target (req/s)", "generator CPU (%)"):
+        row[key] = round(float(np.nanmedian([r[key] for r in rows])), 2)
+    row["p99 lowest–highest (ms)"] = f"{min(r['p99 (ms)'] for r in rows):g}–{max(r['p99 (ms)'] for r in rows):g}"
+    for key in ("requests", "503", "errors", "timeouts"):
+        row[key] = int(sum(r[key] for r in rows))
+    row["runs"] = len(rows)
+    row["saturated"] = sum(r["saturated"] for r in rows) > len(rows) / 2
+    clean = not (row["timeouts"] or row["503"] or row["errors"])
+    row["meets p99 target"] = clean and row["p99 (ms)"] <= p99_target * 1e3
+    for key in {k for e in extra for k in e}:
+        row[key] = round(float(np.mean([e[key] for e in extra if key in e])), 2)
+    return row
+
+
+def p99_of_all(run: LoadRun, timeout: float) -> float:
+    """A run's p99 over every request it sent (:func:`latencies_of_all`: a request not answered with 200 counts at
+    the client's ``timeout``): the one number per run that repeated runs of a load are compared on."""
+    return float(np.percentile(latencies_of_all(run, timeout), 99))
+
+
 def latencies_of_all(run: LoadRun, timeout: float) -> list[float]:
     """Every request sent in ``run``, in send order: its latency if it was answered with 200, else ``timeout``
     (a 503, an error or a request the client gave up on is a miss, counted at the longest wait the client
@@ -304,11 +368,14 @@ def cost_per_million(per_machine: float, dollars_per_hour: float) -> float:
 
 
 def child_processes() -> list[Any]:
-    """This process's descendants that are alive (a locally started engine's head, workers and replicas)."""
+    """This process's descendants that are alive (a locally started engine's head, workers and replicas); the
+    course's own load generator, kept for the next run (:func:`open_loop`), is not one of them."""
     import psutil
 
     out = []
     for p in psutil.Process().children(recursive=True):
+        if p.pid == generator_pid():
+            continue
         try:
             if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
                 out.append(p)

@@ -26,12 +26,13 @@ measurements are decided by :mod:`helpers.verdict`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import itertools
 import math
 import numbers
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -598,6 +599,59 @@ def _take_samples(
             gc.enable()
 
 
+def _reachable(fn: Any, depth: int = 3) -> Iterator[Any]:
+    """The objects a candidate callable can reach: its closure, defaults, bound object and the globals its code
+    names, and their attributes one level down (a wrapper's session), up to ``depth`` steps."""
+    seen: set[int] = set()
+    todo = [(fn, 0)]
+    while todo:
+        obj, level = todo.pop()
+        if id(obj) in seen or level > depth:
+            continue
+        seen.add(id(obj))
+        yield obj
+        found = []
+        code = getattr(obj, "__code__", None)
+        if code is not None:
+            found += [c.cell_contents for c in (getattr(obj, "__closure__", None) or ()) if _filled(c)]
+            found += list(getattr(obj, "__defaults__", None) or ())
+            names = getattr(obj, "__globals__", {})
+            found += [names[n] for n in code.co_names if n in names]
+        for name in ("__self__", "func", "sess", "session", "_session", "model"):
+            value = getattr(obj, name, None) if not isinstance(obj, type) else None
+            if value is not None:
+                found.append(value)
+        if isinstance(obj, functools.partial):
+            found += [*obj.args, *obj.keywords.values()]
+        todo += [(o, level + 1) for o in found]
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+    except ValueError:
+        return False
+    return True
+
+
+def spinning_sessions(candidates: Mapping[str, Callable[[], Any]]) -> list[str]:
+    """The candidates that run an ONNX Runtime session whose intra-op threads spin after each run (ORT's
+    default, ``session.intra_op.allow_spinning``): timed alternately with others in one process, those threads
+    keep the cores busy and tax the next candidate's call (measured 2.3× on a ResNet-50 here)."""
+    spinning = []
+    for label, fn in candidates.items():
+        for obj in _reachable(fn):
+            if type(obj).__name__ != "InferenceSession" or not type(obj).__module__.startswith("onnxruntime"):
+                continue
+            try:
+                value = obj.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+            except Exception:  # not set: ORT's default, which spins
+                value = "1"
+            if value != "0" and label not in spinning:
+                spinning.append(label)
+    return spinning
+
+
 def interleaved(
     candidates: Mapping[str, Callable[[], Any]],
     *,
@@ -653,6 +707,12 @@ def interleaved(
             check_int(f"items[{name!r}]", value, 1, hint="pass the batch size, or None.")
     dev = choose_device(device)
     limit = math.inf if budget is None else float(budget)
+    if spinning := spinning_sessions(candidates):  # a candidate's threads must not tax the others unsaid
+        print(
+            f"⚠ {', '.join(spinning)}: an ONNX Runtime session whose threads spin after each run (ORT's default) "
+            "holds the cores the other candidates need and slows them; create it with options.add_session_config_"
+            "entry('session.intra_op.allow_spinning', '0') (helpers.onnxrt.session does) for a fair comparison."
+        )
     meter = LoadMeter()
 
     def prepared(name: str) -> float:  # one call timed apart, after its setup (a setup may be state it needs)

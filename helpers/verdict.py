@@ -381,6 +381,16 @@ def verdict(
     check_int("seed", seed, 0, hint="any integer ≥ 0; the same seed gives the same interval.")
     if independent is not None and (not isinstance(independent, str) or not independent.strip()):
         raise ValueError("independent= must say why independent samples are right, e.g. 'each is a fresh process'.")
+    one_run = next(
+        (x for x in (candidate, baseline) if isinstance(x, Measurement) and str(x.session).startswith("benchmark-")),
+        None,
+    )
+    if independent is not None and one_run is not None:  # its samples share one run: a step change moves them all
+        raise ValueError(
+            f"{one_run.label or 'a measurement'} is one benchmark run, whose samples share its moment and are not "
+            "independent: time the two together (helpers.time_together), or compare one value per run "
+            "(helpers.runs.compare_runs)."
+        )
     c, b = _samples(candidate, "candidate"), _samples(baseline, "baseline")
     c_label = candidate_label or (candidate.label if isinstance(candidate, Measurement) else "") or "candidate"
     b_label = baseline_label or (baseline.label if isinstance(baseline, Measurement) else "") or "baseline"
@@ -500,7 +510,12 @@ def sweep_warning(xs: Sequence[Any], measurements: Sequence[Measurement], increa
     why = None if together else "a sweep's sizes are separate workloads; a drop flags a disturbed measurement"
     drops = []
     for (x0, m0), (x1, m1) in itertools.pairwise(zip(xs, measurements, strict=True)):
-        v = verdict(m1, m0, independent=why, margin=0)
+        # apart: their samples, taken as independent (each size's run is its own; a flag to re-measure, not a verdict)
+        v = (
+            verdict(m1, m0, margin=0)
+            if together
+            else verdict([x for x in m1.samples if x > 0], [x for x in m0.samples if x > 0], independent=why, margin=0)
+        )
         if (v.outcome == "faster") if increasing else (v.outcome == "slower"):
             drops.append(f"{x0} → {x1} ({v.ratio:.2f}× less time)" if increasing else f"{x0} → {x1}")
     if not drops:

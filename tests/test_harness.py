@@ -110,3 +110,18 @@ def test_a_row_with_a_nan_criterion_is_never_optimal_and_dominates_nothing():
         harness.agreement(torch.ones(2, 3), torch.full((2, 3), float("nan")))
     with pytest.raises(ValueError, match="one row per image"):
         harness.predict(lambda x: x[:1], torch.ones(4, 2), batch_size=2)
+
+
+def test_a_parity_check_fails_an_all_zero_output_of_a_model_with_small_outputs():
+    from helpers.harness import assert_close_to_scale
+
+    torch.manual_seed(0)
+    expected = 3e-5 * torch.randn(4, 10)  # a randomly initialised network's tiny logits
+    zeros = torch.zeros_like(expected)
+    torch.testing.assert_close(zeros, expected, rtol=1e-4, atol=1e-4)  # a fixed atol lets nothing pass for parity
+    with pytest.raises(AssertionError):
+        assert_close_to_scale(zeros, expected, rtol=1e-4, atol=1e-4)
+    assert_close_to_scale(expected * (1 + 1e-6), expected, rtol=1e-4, atol=1e-4)  # a faithful output passes
+    big = 20 * torch.randn(4, 10)
+    with pytest.raises(AssertionError):
+        assert_close_to_scale(big + 2e-4, big, rtol=0, atol=1e-4)  # the scale is capped at 1: never looser than atol

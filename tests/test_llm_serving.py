@@ -325,3 +325,16 @@ def test_a_bucketed_prefill_needs_a_static_cache_long_enough():
         llm.prefill_bucketed(model, p, (16.0,))
     with pytest.raises(ValueError, match="fits none"):
         llm.prefill_bucketed(model, p, (8,))
+
+
+def test_pooled_runs_keep_every_trace_and_add_their_seconds():
+    from helpers import llm_serving as ls
+
+    runs = [
+        ls.EngineRun("continuous", 2, None, [], [{"decoding": 1}], 0.5),
+        ls.EngineRun("continuous", 2, None, [], [], 0.25),
+    ]
+    both = ls.pooled(runs)
+    assert both.seconds == 0.75 and both.iterations == [{"decoding": 1}] and both.policy == "continuous"
+    with pytest.raises(ValueError):
+        ls.pooled([])

@@ -309,3 +309,32 @@ def test_profile_ops_reports_the_kernels_that_ran(cnn_path):
     ops = onnxrt.profile_ops(path, np.random.rand(4, 1, 8, 8).astype(np.float32), calls=3)
     assert "Conv" in ops or "FusedConv" in ops, ops
     assert all(us >= 0 for us in ops.values()) and list(ops.values()) == sorted(ops.values(), reverse=True)
+
+
+def test_a_spinning_session_timed_beside_another_candidate_is_named():
+    import onnxruntime as ort
+
+    from helpers.timing import spinning_sessions
+
+    model = onnxrt._tiny_model()
+    spinning = ort.InferenceSession(model, providers=["CPUExecutionProvider"])  # ORT's default: threads spin
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    quiet = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+    class Wrapper:  # a session inside an object, as OrtModel holds one
+        def __init__(self, sess):
+            self.sess = sess
+
+        def __call__(self):
+            return None
+
+    found = spinning_sessions(
+        {
+            "ort spinning": lambda: spinning.run(None, {}),
+            "wrapped": Wrapper(spinning),
+            "ort quiet": lambda: quiet,
+            "torch": lambda: 1,
+        }
+    )
+    assert found == ["ort spinning", "wrapped"]

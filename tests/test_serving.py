@@ -309,3 +309,26 @@ def test_a_load_run_whose_columns_disagree_is_refused():
         serving.LoadRun(**{**good.__dict__, "done": good.sent - 0.5})
     with pytest.raises(ValueError, match="rate"):
         serving.LoadRun(**{**good.__dict__, "rate": -1.0})
+
+
+def test_repeated_runs_summarize_to_one_row_that_counts_every_request():
+    clean = [_run([200] * 20, [0.01 + 0.001 * i for i in range(20)]) for _ in range(5)]
+    shed = _run([200] * 19 + [503], [0.01] * 20)
+    row = serving.summarize_runs([*clean, shed], p99_target=0.05, extra=[{"mean batch": 2.0}] * 6)
+    assert row["runs"] == 6 and row["requests"] == 120 and row["503"] == 1
+    assert not row["meets p99 target"]  # one run shed a request: the point does not meet the target
+    assert serving.summarize_runs(clean, p99_target=0.05)["meets p99 target"]
+    assert row["mean batch"] == 2.0 and "–" in row["p99 lowest–highest (ms)"]
+    assert serving.knee([row]) is None and serving.goodput([row]) == 0.0  # knee and goodput read such rows
+    with pytest.raises(ValueError):
+        serving.summarize_runs([], p99_target=0.05)
+
+
+def test_the_generator_is_started_once_for_many_runs_and_is_not_an_engine_process(fast_server):
+    first = serving.open_loop(fast_server, ["{}"], rate=50, duration=0.2)
+    pid = serving.generator_pid()
+    second = serving.open_loop(fast_server, ["{}"], rate=50, duration=0.2, seed=1)
+    assert pid is not None and serving.generator_pid() == pid  # the same process served both runs
+    assert first.ok.all() and second.ok.all() and len(first.status) and len(second.status)
+    assert pid not in {p.pid for p in serving.child_processes()}
+    assert serving.p99_of_all(first, 1.0) == pytest.approx(float(np.percentile(first.latency, 99)))

@@ -324,3 +324,16 @@ def test_too_few_samples_says_how_many_the_interval_needs():
     assert v.outcome == "too few samples" and "at least 4 each" in v.sentence(), v.sentence()
     one = verdict(a, Measurement.from_samples([2.0], label="b"), min_samples=3, independent="fresh processes")
     assert "at least 4 each" in one.sentence(), one.sentence()  # below min_samples too: the real need, not 3
+
+
+def test_independent_is_refused_for_the_samples_of_one_benchmark_run():
+    """Two in-process benchmark runs of the same function were called different 9 times in 20 as independent
+    samples (a step change inside one run moves all its samples): the run is the unit, so one run's samples are
+    never passed as independent."""
+    from helpers.timing import benchmark
+
+    a = benchmark(lambda: sum(range(100)), repeats=6, budget=0.2)
+    b = benchmark(lambda: sum(range(100)), repeats=6, budget=0.2)
+    assert verdict(a, b).outcome == "separate sessions"
+    with pytest.raises(ValueError, match="one benchmark run"):
+        verdict(a, b, independent="two runs")
