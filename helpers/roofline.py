@@ -485,7 +485,7 @@ def measure_cache(device: DeviceLike = None, buffer_bytes: list[int] | None = No
     """The bandwidth sweep and its knee (:func:`cache_knee`), under the course's noise rule
     (:func:`helpers.verdict.settle`: a busy sweep is measured once more, then left undecided). Returns the knee
     with ``"sizes"`` (buffer bytes), ``"bytes_per_s"`` and ``"undecided"`` (None, or why)."""
-    from .verdict import noise_reason, settle
+    from .verdict import settle
 
     dev = choose_device(device)
     sizes = list(buffer_bytes or default_cache_sweep())
@@ -493,7 +493,7 @@ def measure_cache(device: DeviceLike = None, buffer_bytes: list[int] | None = No
     def sweep() -> list[tuple[float, Measurement]]:
         return [memory_bandwidth(dev, nbytes=n, repeats=pick(3, 5), budget=pick(0.2, 0.5)) for n in sizes]
 
-    settled = settle(sweep, what="the effective cache", flagged=lambda runs: noise_reason([m for _b, m in runs]))
+    settled = settle(sweep, what="the effective cache", flagged=lambda runs: _knee_noise(sizes, runs))
     bws = [bw for bw, _m in settled.value]
     return {**cache_knee(sizes, bws), "sizes": sizes, "bytes_per_s": bws, "undecided": settled.reason}
 
@@ -503,14 +503,12 @@ def reconsider_cache(rf: Roofline, buffer_bytes: list[int], measurements: list[A
     later notebooks unless ``store=False``, unless the sweep was disturbed (busy, or mostly noisy: then the stored
     knee stands). ``measurements`` are :func:`memory_bandwidth`'s ``(bytes/s, Measurement)`` pairs. Returns one
     sentence (:meth:`Roofline.cache_line`)."""
-    from .verdict import noise_reason
-
     check_instance("rf", rf, Roofline, hint="pass the roofline, e.g. roofline.get_roofline(device)")
     if len(buffer_bytes) != len(measurements):
         raise ValueError("pass one (bytes/s, Measurement) pair per buffer size, as memory_bandwidth returns them.")
     if not rf.device.startswith("cpu"):  # a GPU's curve rises with size (launches), its L2 is what the driver says
         return rf.cache_line()
-    reason = noise_reason([m for _bw, m in measurements])
+    reason = _knee_noise(list(buffer_bytes), measurements)
     if reason:
         return f"the sweep was disturbed ({reason}), so it does not move the stored cache: " + rf.cache_line()
     bws = [bw for bw, _m in measurements]
@@ -520,6 +518,21 @@ def reconsider_cache(rf: Roofline, buffer_bytes: list[int], measurements: list[A
     if store:
         save_roofline(rf)
     return rf.cache_line()
+
+
+def _knee_noise(buffer_bytes: list[int], runs: list[Any]) -> str | None:
+    """Why a sweep cannot place the knee, or None: the machine was busy during any copy, or one of the two copies
+    the knee lies between (or the largest, main memory's speed) is noisy. A small copy's own jitter elsewhere in the
+    sweep moves nothing the knee rests on."""
+    from .verdict import busy_reason, noise_reason
+
+    measurements = [m for _bw, m in runs]
+    if reason := busy_reason(measurements):
+        return reason
+    knee = cache_knee(buffer_bytes, [bw for bw, _m in runs])
+    touched = {knee["fast_up_to"], knee["slow_from"], 2 * max(buffer_bytes)} - {None}
+    bracket = [m for n, m in zip(buffer_bytes, measurements, strict=True) if 2 * n in touched]
+    return noise_reason(bracket)
 
 
 def _effective_cache(rf: Roofline) -> int | None:
