@@ -149,14 +149,36 @@ def reversed_order(sizes: Comparison, small: str, middle: str, big: str) -> str 
     return None
 
 
+def fewer_bytes(rf: Roofline) -> str:
+    """The advice for a memory-bound call, from what this machine measured: fusion always moves fewer bytes; a
+    narrower dtype does too, but it pays only where its kernels are not slower than the bytes it saves."""
+    bf16 = rf.speed("bf16", "matmul")
+    if rf.pays("bf16"):
+        return "Move fewer bytes: fuse ops, or store bf16 (half the bytes; its kernels measured faster than fp32 here)."
+    if bf16 and bf16.get("outcome") not in (None, "no kernel"):
+        return (
+            f"Move fewer bytes: fuse ops. A narrower dtype halves the bytes, but bf16 matmuls ran at "
+            f"{bf16['ratio']:.2f}× fp32's speed here (roofline.speed_table): measure it before converting."
+        )
+    return "Move fewer bytes: fuse ops, or a narrower dtype where its kernels are fast (roofline.speed_table)."
+
+
 def faster_math(rf: Roofline, device: torch.device) -> str:
     """The advice for a compute-bound call, from what this machine measured (``rf.dtype_speed``): the number
     formats that ran faster than fp32 here, or that none did."""
     faster = rf.faster_dtypes()
     if faster:
         gains = ", ".join(
-            f"{d} ({max((rf.speed(d, k) or {}).get('ratio', 0) for k in ('matmul', 'conv')):.1f}× fp32 measured here)"
+            f"{d} ({kernel} {entry['ratio']:.1f}× fp32 measured here"
+            + (", the bare torch._int_mm, before quantizing and dequantizing" if d == "int8" else "")
+            + ")"
             for d in faster
+            for kernel, entry in [
+                max(
+                    ((k, rf.speed(d, k) or {"ratio": 0}) for k in ("matmul", "conv")),
+                    key=lambda pair: pair[1].get("ratio", 0),
+                )
+            ]
         )
         return f"Use faster math: {gains}" + ("; tf32 for fp32 work on tensor cores." if device.type == "cuda" else ".")
     if not rf.dtype_speed:
@@ -313,7 +335,11 @@ def diagnose(
     )
     # Little of the time is the work, and the time does not follow the batch (or, with everything in cache,
     # does not clearly follow it): neither roof limits the call, its fixed costs do.
-    unexplained = counts.flops_complete and explained < EXPLAINED_MIN and (amortised or (cache_resident and not grows))
+    # A doubling that cost more per item is not a fixed cost per call: such a call is not overhead-bound.
+    shared_last = second in ("free", "shared")
+    unexplained = (
+        counts.flops_complete and explained < EXPLAINED_MIN and (amortised or (cache_resident and shared_last))
+    )
     if overhead_share >= OVERHEAD_SHARE or unexplained:
         regime = "overhead"
         if source == "profiler":
@@ -369,7 +395,8 @@ def diagnose(
                 if fraction <= 1
                 else rf.place(counts.flops, counts.bytes, t1.median, dtype)["explanation"]
             )  # never above 100 % as an achievement
-            + " Move fewer bytes: fuse ops, use smaller dtypes."
+            + " "
+            + fewer_bytes(rf)
         )
     else:
         regime = "compute"

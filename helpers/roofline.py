@@ -354,7 +354,9 @@ def flags_clause(dtype: str, faster: bool, features: dict[str, Any] | None = Non
     has, why = cpu_dtype_support(features)[dtype]
     units = why.removeprefix("hardware units: ")
     if has and faster:
-        return f"this CPU advertises {units}, and PyTorch's kernels use them"
+        return (
+            f"faster than fp32, as this CPU's {units} allow (the flags say the units are there; the speed is measured)"
+        )
     if has:
         return (
             f"this CPU advertises {units}, yet PyTorch's {dtype} kernels for these shapes are not faster than fp32 "

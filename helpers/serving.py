@@ -309,7 +309,8 @@ def summarize_runs(
 ) -> dict[str, Any]:
     """One row for repeated runs of one setting at one offered rate (each its own trace): the median over the runs
     of each run's figures (:meth:`LoadRun.summary`), their lowest and highest p99, the requests, 503s, errors and
-    time-outs of all of them, ``saturated`` when most runs were, and ``meets p99 target`` when the median run's
+    time-outs of all of them, ``saturated`` when any run shed or timed out a request (its queue was full) or most
+    runs' queues grew (:meth:`LoadRun.saturated`), and ``meets p99 target`` when the median run's
     p99 is within the target and no run shed, failed or timed out a request. ``extra``: one dict of numbers per
     run (e.g. its mean batch), averaged into the row. :func:`knee` and :func:`goodput` read such rows."""
     if not runs or not all(isinstance(r, LoadRun) for r in runs):
@@ -322,8 +323,9 @@ def summarize_runs(
     for key in ("requests", "503", "errors", "timeouts"):
         row[key] = int(sum(r[key] for r in rows))
     row["runs"] = len(rows)
-    row["saturated"] = sum(r["saturated"] for r in rows) > len(rows) / 2
     clean = not (row["timeouts"] or row["503"] or row["errors"])
+    # a run that shed or gave up a request had a full queue: the point is saturated; else most runs' queues grew
+    row["saturated"] = bool(row["timeouts"] or row["503"]) or sum(r["saturated"] for r in rows) > len(rows) / 2
     row["meets p99 target"] = clean and row["p99 (ms)"] <= p99_target * 1e3
     for key in {k for e in extra for k in e}:
         row[key] = round(float(np.mean([e[key] for e in extra if key in e])), 2)

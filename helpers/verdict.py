@@ -150,6 +150,12 @@ class Verdict:
                 f"{self.candidate} and {self.baseline} take the same time within ±{self.margin:.0%}{self._how()}: "
                 f"a {self.ratio:.2f}× speed-up, {self.interval}."
             )
+        if self.unit == "run" and (self.low > 1 or self.high < 1):  # off 1, but not clear of the ±margin band
+            return (
+                f"{self.candidate} against {self.baseline} is undecided{self._how()}: a {self.ratio:.2f}× speed-up "
+                f"whose {self.interval} excludes 1 but reaches the ±{self.margin:.0%} band a run-level verdict must "
+                "clear: more runs would decide it."
+            )
         return (
             f"{self.candidate} and {self.baseline} are within noise of each other{self._how()}: a {self.ratio:.2f}× "
             f"speed-up with a {self.interval} that includes 1 or stays within ±{self.margin:.0%}."
@@ -164,6 +170,8 @@ class Verdict:
             return f"{1 / self.ratio:.2f}× slower"
         if self.equivalent:
             return f"same within ±{self.margin:.0%}"
+        if self.unit == "run" and self.outcome == "within noise" and (self.low > 1 or self.high < 1):
+            return f"undecided (near the ±{self.margin:.0%} band)"
         return self.outcome
 
     def phrase(self) -> str:
@@ -173,6 +181,10 @@ class Verdict:
             return f"{self.short()} than {self.baseline}"
         if self.equivalent:
             return f"the same time as {self.baseline} within ±{self.margin:.0%}"
+        if self.outcome == "within noise" and self.unit == "run" and (self.low > 1 or self.high < 1):
+            return (
+                f"undecided against {self.baseline} (its interval excludes 1 but reaches the ±{self.margin:.0%} band)"
+            )
         if self.outcome == "within noise":
             return f"within noise of {self.baseline}"
         if self.outcome == "separate sessions":

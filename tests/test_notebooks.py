@@ -125,9 +125,10 @@ def _code(name: str) -> str:
 
 
 def test_load_comparisons_use_one_arrival_trace_per_load():
-    """12 seeds every load run by its rate, so 1 and 2 replicas (and every batch setting) are sent the same arrival
-    trace at a rate; 13 makes a load's requests once, before every policy serves them, and one trace per slot count
-    for speculation under load."""
+    """Load is judged on repeated runs (helpers.runs): 12 seeds every load run by its rate and replicate only, so
+    every batch setting and both replica counts are sent the same arrival trace in a replicate; 13 makes each
+    replicate's requests from the load and the replicate only, whatever the policy, and compares every policy on
+    them; one trace per slot count for speculation under load."""
     import ast
 
     tree = ast.parse(_code("12_serving"))
@@ -138,14 +139,16 @@ def test_load_comparisons_use_one_arrival_trace_per_load():
         for k in node.keywords
         if k.arg == "seed"
     ]
-    assert seeds and all(s == "int(rate)" for s in seeds), f"12's load runs must be seeded by their rate: {seeds}"
+    assert seeds == ["1000 * int(rate) + r"], f"12's runs must be seeded by their rate and replicate: {seeds}"
     tree = ast.parse(_code("13_llm_serving"))
+    run = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "policy_run")
+    make = next(n for n in ast.walk(run) if isinstance(n, ast.Call) and ast.unparse(n.func).endswith("make_requests"))
+    keywords = {k.arg: ast.unparse(k.value) for k in make.keywords}
+    assert keywords["rate"] == "load" and "label" not in keywords["seed"] and "r" in keywords["seed"], keywords
     loops = [n for n in ast.walk(tree) if isinstance(n, ast.For) and ast.unparse(n.iter) == "LOADS"]
-    sweep = next(loop for loop in loops if "make_requests" in ast.unparse(loop))
-    first, inner = sweep.body[0], [n for n in sweep.body if isinstance(n, ast.For)]
-    assert "make_requests" in ast.unparse(first), "13 must make a load's requests first, once"
-    assert inner and "POLICIES" in ast.unparse(inner[0].iter), "then every policy must serve those requests"
-    assert "requests" in ast.unparse(inner[0].body[0]), "each policy's run must serve the load's one set of requests"
+    assert any("compare_runs" in ast.unparse(loop) and "POLICIES" in ast.unparse(loop) for loop in loops), (
+        "13 must compare every policy, on repeated runs, at each load"
+    )
     # speculation under load: one trace per slot count, made before the runs without and with each gamma serve it
     spec = next(n for n in ast.walk(tree) if isinstance(n, ast.For) and ast.unparse(n.iter) == "SPEC_SLOTS")
     made = [i for i, n in enumerate(spec.body) if "make_requests" in ast.unparse(n)]

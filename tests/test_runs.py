@@ -104,3 +104,17 @@ def test_runs_measurements_pair_by_replicate():
     m = compared.measurement("B")
     assert isinstance(m, Measurement) and m.timer == "runs" and m.samples == (0.02,) * rn.MIN_RUNS
     assert compared.verdict("B").slower and compared.winner()[0] == "A"
+
+
+def test_a_run_verdict_off_1_but_inside_the_margin_band_says_undecided_not_within_noise():
+    compared = rn.compare_runs(
+        {"A": lambda r: 1.0, "B": lambda r: [1.9, 1.2, 2.6, 1.05, 1.5, 3.0][r]}, float, statistic_name="s"
+    )
+    v = compared.verdict("B")
+    if v.high < 1 and v.outcome == "within noise":  # the case the wording is for
+        assert "undecided" in v.sentence() and "excludes 1" in v.sentence() and "undecided" in v.short()
+    from helpers.verdict import Verdict
+
+    made = Verdict("B", "A", "within noise", 0.55, 0.31, 0.99, 0.95, True, (6, 6), 6, unit="run")
+    assert made.sentence().startswith("B against A is undecided") and "within noise" not in made.sentence()
+    assert made.short().startswith("undecided") and made.phrase().startswith("undecided against A")

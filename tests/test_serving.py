@@ -317,9 +317,10 @@ def test_repeated_runs_summarize_to_one_row_that_counts_every_request():
     row = serving.summarize_runs([*clean, shed], p99_target=0.05, extra=[{"mean batch": 2.0}] * 6)
     assert row["runs"] == 6 and row["requests"] == 120 and row["503"] == 1
     assert not row["meets p99 target"]  # one run shed a request: the point does not meet the target
+    assert row["saturated"]  # and its queue was full: the point is saturated, though most runs kept up
     assert serving.summarize_runs(clean, p99_target=0.05)["meets p99 target"]
     assert row["mean batch"] == 2.0 and "–" in row["p99 lowest–highest (ms)"]
-    assert serving.knee([row]) is None and serving.goodput([row]) == 0.0  # knee and goodput read such rows
+    assert serving.knee([row]) == 10.0 and serving.goodput([row]) == 0.0  # knee and goodput read such rows
     with pytest.raises(ValueError):
         serving.summarize_runs([], p99_target=0.05)
 
