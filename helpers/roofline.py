@@ -296,12 +296,9 @@ def _speed_session(dev: torch.device, budget: float) -> dict[str, Any]:
                 cases.pop(label)
                 speed[kernel][dtype] = {"outcome": "no kernel", "ratio": math.nan, "how": "PyTorch has no kernel"}
         slow = [label for label in cases if probe[label] > limit and not label.endswith("fp32")]
-        for label in slow:  # too slow to time in rounds: its one call against the fp32 call, said so
-            kernel, dtype, _call = cases.pop(label)
-            ratio = probe[f"{kernel} fp32"] / probe[label]
-            how = f"one call of {format_seconds(probe[label])}: too slow to time in rounds"
-            outcome = "slower" if ratio < 0.5 else "undecided"
-            speed[kernel][dtype] = {"outcome": outcome, "ratio": ratio, "low": math.nan, "high": math.nan, "how": how}
+        for label in slow:  # too slow for a session's rounds: a few single calls, alternated with fp32's
+            kernel, dtype, call = cases.pop(label)
+            speed[kernel][dtype] = _single_calls(call, cases[f"{kernel} fp32"][2], probe[label], dev)
         cmp = time_together(
             {label: call for label, (_k, _d, call) in cases.items()},
             baseline="matmul fp32",
@@ -316,6 +313,29 @@ def _speed_session(dev: torch.device, budget: float) -> dict[str, Any]:
         speed[kernel][dtype] = {"outcome": v.outcome, "ratio": v.ratio, "low": v.low, "high": v.high}
         speed[kernel][dtype]["how"] = "interleaved with fp32"
     return {"speed": speed, "kernels": kernels, "comparison": cmp}
+
+
+#: Single calls a dtype too slow for a session's rounds gets, alternated with fp32's (the fewest for which the
+#: verdict's Mann–Whitney interval reaches 95 %), and the longest one call may take for them to be made at all.
+SLOW_CALLS, SLOW_CALL_LIMIT = 4, 2.0
+
+
+def _single_calls(call: Callable[[], Any], fp32: Callable[[], Any], probe: float, dev: torch.device) -> dict[str, Any]:
+    """A dtype emulated in software (fp16 without fp16 units): :data:`SLOW_CALLS` single calls alternated with the
+    fp32 kernel's, judged by the verdict as independent calls; a call beyond :data:`SLOW_CALL_LIMIT` seconds is
+    not repeated, and its one call leaves the verdict undecided."""
+    from .verdict import verdict
+
+    how = f"single calls of about {format_seconds(probe)}, alternated with fp32's: too slow for a session's rounds"
+    if probe > SLOW_CALL_LIMIT:
+        return {"outcome": "undecided", "ratio": math.nan, "low": math.nan, "high": math.nan,
+                "how": f"one call of {format_seconds(probe)}: too slow to repeat"}  # fmt: skip
+    slow_t, fp32_t = [], []
+    for _ in range(SLOW_CALLS):
+        slow_t.append(timed_call(call, device=dev)[0])
+        fp32_t.append(timed_call(fp32, device=dev)[0])
+    v = verdict(slow_t, fp32_t, independent="single calls, alternated", min_samples=SLOW_CALLS)
+    return {"outcome": v.outcome, "ratio": v.ratio, "low": v.low, "high": v.high, "how": how}
 
 
 def dtype_speeds(device: DeviceLike = None, budget: float | None = None) -> dict[str, Any]:
@@ -400,8 +420,8 @@ def speed_table(rf: Roofline) -> Any:
             entry = rf.speed(dtype, kernel)
             if entry is None:
                 row[f"{kernel} × fp32"] = "—"
-            elif entry["outcome"] == "no kernel":
-                row[f"{kernel} × fp32"] = "no kernel"
+            elif entry["outcome"] == "no kernel" or not math.isfinite(entry["ratio"]):
+                row[f"{kernel} × fp32"] = "no kernel" if entry["outcome"] == "no kernel" else "undecided (one call)"
             else:
                 row[f"{kernel} × fp32"] = f"{entry['ratio']:.2f}× ({entry['outcome']})"
         rows[dtype] = row
@@ -705,8 +725,8 @@ class Roofline:
             entry = self.speed(dtype, kernel)
             if entry is None:
                 continue
-            if entry["outcome"] == "no kernel":
-                measured.append(f"{kernel}: no kernel")
+            if entry["outcome"] == "no kernel" or not math.isfinite(entry["ratio"]):
+                measured.append(f"{kernel}: {entry['how']}")
                 continue
             word = {"faster": "faster", "slower": "slower", "within noise": "within noise"}
             verdict = word.get(entry["outcome"], "undecided")
@@ -1326,8 +1346,10 @@ def _merge(old: Roofline, new: Roofline) -> Roofline:
         new.h2d_bandwidth.setdefault(kind, value)
     if not new.dtype_speed or (new.dtype_speed.get("undecided") and not old.dtype_speed.get("undecided")):
         new.dtype_speed = old.dtype_speed or new.dtype_speed  # a decided table is not replaced by an undecided one
-    if not new.cache_sweep:
-        new.cache_sweep, new.cache_bytes = old.cache_sweep, old.cache_bytes if old.cache_sweep else new.cache_bytes
+    if old.cache_sweep and (
+        not new.cache_sweep or (new.cache_sweep.get("undecided") and not old.cache_sweep.get("undecided"))
+    ):
+        new.cache_sweep, new.cache_bytes = old.cache_sweep, old.cache_bytes  # a decided knee is kept over an undecided
     new.noisy = sorted(noisy)
     new.mode = "full" if "full" in (old.mode, new.mode) else new.mode
     new.remeasures = old.remeasures

@@ -32,6 +32,7 @@ import itertools
 import math
 import numbers
 import time
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -617,10 +618,14 @@ def _reachable(fn: Any, depth: int = 3) -> Iterator[Any]:
             found += list(getattr(obj, "__defaults__", None) or ())
             names = getattr(obj, "__globals__", {})
             found += [names[n] for n in code.co_names if n in names]
-        for name in ("__self__", "func", "sess", "session", "_session", "model"):
-            value = getattr(obj, name, None) if not isinstance(obj, type) else None
-            if value is not None:
-                found.append(value)
+        if not isinstance(obj, (type, types.ModuleType)):  # a module's or a class's attributes are not its state
+            for name in ("__self__", "func", "sess", "session", "_session", "model"):
+                try:
+                    value = getattr(obj, name, None)
+                except Exception:  # a proxy whose attribute access does work of its own: not followed
+                    value = None
+                if value is not None:
+                    found.append(value)
         if isinstance(obj, functools.partial):
             found += [*obj.args, *obj.keywords.values()]
         todo += [(o, level + 1) for o in found]

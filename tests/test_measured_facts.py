@@ -128,3 +128,16 @@ def test_machine_id_is_stable_and_names_this_cpus_features():
     mid = dv.machine_id("cpu")
     assert mid == dv.machine_id("cpu") and mid.startswith("cpu-")
     assert all(f"-{t}" in mid for t in dv.feature_tags())
+
+
+def test_a_dtype_too_slow_for_rounds_is_judged_on_alternated_single_calls():
+    import time
+
+    calls = []
+    slow = rl._single_calls(lambda: time.sleep(0.02), lambda: calls.append(1), probe=0.02, dev=dv.choose_device("cpu"))
+    assert slow["outcome"] == "slower" and slow["ratio"] < 1 and len(calls) == rl.SLOW_CALLS
+    never = rl._single_calls(lambda: calls.append("x"), lambda: None, probe=rl.SLOW_CALL_LIMIT + 1, dev=None)
+    assert never["outcome"] == "undecided" and "x" not in calls  # a call beyond the limit is not repeated
+    rf = roof(PLAIN_XEON, {"matmul": {"fp16": never}})
+    assert "too slow to repeat" in rf.dtype_line("fp16") and "nan" not in rf.dtype_line("fp16")
+    assert rl.speed_table(rf).loc["fp16", "matmul × fp32"] == "undecided (one call)"
