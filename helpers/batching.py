@@ -107,6 +107,31 @@ def sweep(
     return pd.DataFrame(rows).set_index("batch"), measurements
 
 
+#: A p99 more than this many times its p50, and more than :data:`TAIL_SLACK_S` above it, is a preemption tail: a
+#: few calls waited for the CPU (another program, a time slice), not what the model's latency is.
+TAIL_FACTOR = 3.0
+#: ... and more than this many seconds above the p50 (a few timer interrupts on a 100 µs call are not a tail).
+TAIL_SLACK_S = 1e-3
+
+
+def tail_warning(batches: Sequence[int], measurements: Sequence[Measurement]) -> str | None:
+    """For a sweep of single calls (``number=1``) whose p99 will set a latency target, a batch choice or a serving
+    simulation: one line naming the batch sizes whose p99 is a preemption tail (over :data:`TAIL_FACTOR` × their
+    p50 and :data:`TAIL_SLACK_S` above it), or None. A decision built on such a tail teaches the machine's noise."""
+    _check_curve(batches, [m.median for m in measurements], "latency")
+    tails = [
+        f"batch {b} (p99 {m.p99 * 1e3:.3g} ms, {m.p99 / m.median:.0f}× its p50)"
+        for b, m in zip(batches, measurements, strict=True)
+        if m.median > 0 and m.p99 > TAIL_FACTOR * m.median and m.p99 - m.median > TAIL_SLACK_S
+    ]
+    if not tails:
+        return None
+    return (
+        f"a preemption tail: {', '.join(tails)}; a few calls waited for the CPU, so the p99 measures the machine's "
+        "noise, not the model's latency"
+    )
+
+
 def find_knee(batches: Sequence[int], throughputs: Sequence[float], within: float = 0.10) -> int:
     """The smallest batch whose throughput is within ``within`` (a fraction) of the best measured.
 

@@ -15,7 +15,7 @@ say which regime it is in, with the evidence.
    and attention kernels, RNNs, int8 matmuls), the count is incomplete, and the doctor says so and does not
    place the call against the ridge point: the regime is *undetermined* unless overhead decides it.
    Below the ridge point: *memory-bound*; above: *compute-bound*. **The memory roof is cache-aware**: when
-   the call's working set (its weights and buffers, its input and its output) fits in the last cache before
+   the call's working set (its weights and buffers, its input, its activations and output) fits in the last cache before
    main memory (``rf.cache_bytes``), the bandwidth that applies is the cache's, measured here with a copy of
    that size, not main memory's; a small model whose weights stay in cache is not limited by DRAM.
 3. **Time explained by the work**: the roofline time of the work, ``max(FLOPs / peak, bytes / bandwidth)``,
@@ -23,12 +23,16 @@ say which regime it is in, with the evidence.
    profiler's kernel time over the wall time of the same calls (the GPU idles while the CPU prepares and
    launches each op: Horace He's "look for gaps" test). Elsewhere it is ops per call × this machine's cost
    of a typical small op (``rf.dispatch_latency``). When the overhead share is half the time, or the work
-   explains under a quarter of it *and* the time grows less than the batch at both doublings (for a
-   cache-resident call: does not grow in proportion at both), the call is overhead-bound. Where dispatch
-   explains it, fewer ops (fusion, CUDA graphs) help; where dispatch is a small share, the fixed cost is
-   something else every call pays (a per-call weight reorder, a slow small-batch kernel), and only a bigger
-   batch shares it. When the work explains little but the time does grow with the batch, the
-   kernels themselves are inefficient for these shapes: the verdict follows the intensity and says so.
+   explains under a quarter of it *and* the first doubling puts half the time or more in a fixed cost per call
+   (time = fixed + per item × batch, so the fixed share is 2 − the doubling's growth), the call is
+   overhead-bound. Where dispatch explains it, fewer ops (fusion, CUDA graphs) help; where dispatch is a small
+   share, the fixed cost is something else every call pays (the Python around the ops, a per-call weight
+   reorder, a slow small-batch kernel), and a bigger batch shares it. When the work explains under a quarter
+   of the time and the time mostly follows the batch past the ridge, neither a roof nor overhead limits the
+   call: the regime is *inefficient* (kernels slow for these shapes), not compute-bound, and the advice is not
+   faster math; below the ridge it stays memory-bound (strided reads move more bytes than counted) and says
+   so. The working set counts the weights, the input and the most tensor bytes the call holds at once
+   (:func:`helpers.memory.peak_allocated_bytes`).
 
 Use it on your own model: ``diagnose(model, example_input, rf)`` with ``rf = roofline.measure_roofline()``.
 """
@@ -45,6 +49,7 @@ import torch
 
 from .checks import check_callable, check_instance, check_int
 from .device import DeviceLike, choose_device
+from .memory import peak_allocated_bytes
 from .modes import pick
 from .opcount import OpCount, count_ops
 from .roofline import Roofline, memory_bandwidth
@@ -203,13 +208,14 @@ def _tensor_bytes(obj: Any) -> int:
     return 0
 
 
-def working_set_bytes(model: Any, example: torch.Tensor, output: Any = None) -> int:
-    """Bytes a call keeps touching: the model's parameters and buffers (when it is an ``nn.Module``), its input
-    and its output. Intermediate activations are left out: each lives briefly; this is the floor."""
+def working_set_bytes(model: Any, example: torch.Tensor, output: Any = None, peak: int | None = None) -> int:
+    """Bytes a call keeps touching: the model's parameters and buffers (when it is an ``nn.Module``), its input,
+    and ``peak``, the most tensor bytes the call holds at once (:func:`helpers.memory.peak_allocated_bytes`: its
+    activations and its output); without ``peak``, only its output (a floor: activations left out)."""
     weights = 0
     if isinstance(model, torch.nn.Module):
         weights = sum(_tensor_bytes(t) for t in (*model.parameters(), *model.buffers()))
-    return weights + _tensor_bytes(example) + _tensor_bytes(output)
+    return weights + _tensor_bytes(example) + (peak if peak is not None else _tensor_bytes(output))
 
 
 def _device_busy_seconds(call: Callable[[torch.Tensor], Any], example: torch.Tensor, calls: int = 3) -> float:
@@ -282,7 +288,7 @@ def diagnose(
     first = doubling(sizes, labels[batch], labels[2 * batch])
     second = doubling(sizes, labels[2 * batch], labels[4 * batch])
     counts = count_ops(call, example)  # as timed: under inference_mode, where fast paths (fused kernels) run
-    ws = working_set_bytes(model, example, call(example))
+    ws = working_set_bytes(model, example, peak=peak_allocated_bytes(lambda: call(example), dev))
     cache = rf.cache_bytes or 0
     cache_resident = rf.fits_in_cache(ws) is True  # by the knee this machine measured (None: straddles it)
     bandwidth = rf._bandwidth()  # checked again here: a field can be changed after the roofline was built
@@ -315,11 +321,16 @@ def diagnose(
             "The second doubling cost more per item than the first: the machine fills up between these sizes."
         )
     amortised = first in ("free", "shared") and second in ("free", "shared")  # fixed costs shared by the batch
+    # time = fixed + per-item × batch: the first doubling adds one batch's per-item part, so the fixed part of the
+    # call at this batch is 2 - growth of its time (1 when doubling is free, 0 when the time doubles)
+    # (a reversed order of the doublings fits no such line: no fixed share is read from it)
+    fixed_share = None if order == "cheaper" else min(1.0, max(0.0, 2.0 - growth))
     flat = first == "free" and second == "free"  # a bigger batch costs nothing more
     grows = first in ("proportional", "more per item") and second in ("proportional", "more per item")
     knee = "the knee of its bandwidth sweep" if rf.cache_sweep else "as the OS reports it"
     where = (
-        f"Its working set ({ws / 2**20:.2f} MiB: weights, input, output) fits in the {cache / 2**20:.0f} MiB "
+        f"Its working set ({ws / 2**20:.2f} MiB: weights, input, and the activations and output it holds at once) "
+        f"fits in the {cache / 2**20:.0f} MiB "
         f"this machine's caches served faster than main memory ({knee}), so the memory roof that applies is the "
         f"cache's, {bandwidth / 1e9:.0f} GB/s (a copy of that size), not main memory's {rf.bandwidth / 1e9:.0f} GB/s. "
         if cache_resident
@@ -333,12 +344,14 @@ def diagnose(
         if not counts.flops_complete
         else ""
     )
-    # Little of the time is the work, and the time does not follow the batch (or, with everything in cache,
-    # does not clearly follow it): neither roof limits the call, its fixed costs do.
-    # A doubling that cost more per item is not a fixed cost per call: such a call is not overhead-bound.
-    shared_last = second in ("free", "shared")
+    # Little of the time is the work, and most of it is a fixed cost per call (the doublings say so): neither roof
+    # limits the call, its fixed costs do. Time that follows the batch is not a fixed cost: kernels that are slow
+    # for these shapes (below) are another regime, with other cures.
     unexplained = (
-        counts.flops_complete and explained < EXPLAINED_MIN and (amortised or (cache_resident and shared_last))
+        counts.flops_complete
+        and explained < EXPLAINED_MIN
+        and first in ("free", "shared")
+        and (fixed_share or 0) >= 0.5
     )
     if overhead_share >= OVERHEAD_SHARE or unexplained:
         regime = "overhead"
@@ -358,9 +371,11 @@ def diagnose(
             )
         else:
             reasons.append(
-                where + f"At the roofs its work would take {explained:.0%} of the measured time, and {counts.ops} "
-                f"ops × {rf.dispatch_latency * 1e6:.2f} µs (a typical small op) only {overhead_share:.0%}: the "
-                "fixed cost of each call is unexplained by what the doctor counts: the Python around the ops "
+                where + f"At the roofs its work would take {explained:.0%} of the measured time; the first doubling "
+                f"puts about {fixed_share:.0%} of it in a fixed cost per call (time = fixed + per item × batch), and "
+                f"{counts.ops} ops × {rf.dispatch_latency * 1e6:.2f} µs (a typical small op) only "
+                f"{overhead_share:.0%}: "
+                "that fixed cost is unexplained by what the doctor counts: the Python around the ops "
                 "(nn.Module calls, which a bare op does not pay and torch.compile removes), a per-call weight "
                 "reorder, or a slow small-batch kernel: profile the call (notebook 08) to see which. "
                 + (
@@ -426,15 +441,22 @@ def diagnose(
         # speed up kernels that are not what limits it)
         reasons[-1] = reasons[-1].replace(faster_math(rf, dev), "").rstrip()
         reasons.append(
-            f"But the work at the roofs would take only {explained:.0%} of the time: neither roof limits it, the "
-            "kernels are inefficient for these shapes (small or awkward work), so faster math would not help much; "
-            "a bigger batch, another layout or a compiled kernel might (notebooks 03, 04, 08)."
+            f"But the work at the roofs would take only {explained:.0%} of the time, and "
+            + (
+                f"the doublings put only {fixed_share:.0%} of it in a fixed cost per call"
+                if fixed_share is not None
+                else "the doublings fit no one line of a fixed cost plus a cost per item"
+            )
+            + ": neither roof nor overhead limits it, the kernels are "
+            "inefficient for these shapes (small or awkward work), so faster math would not help much; a bigger "
+            "batch, another layout or a compiled kernel might (notebooks 03, 04, 08)."
         )
         regime = "inefficient"
     elif regime == "memory" and explained < EXPLAINED_MIN:
         reasons.append(
-            f"But the work at the roofs would take only {explained:.0%} of the time: the kernels are "
-            "inefficient for these shapes (small or strided work), far from both roofs."
+            f"But the work at the roofs would take only {explained:.0%} of the time: the bytes counted are not all "
+            "the bytes moved (strided or scattered reads use a fraction of each cache line they bring in: section "
+            "2.4), or the kernels are slow for these shapes. Contiguous layouts and fusion cut both."
         )
     if regime == "memory" and amortised:
         reasons.append(

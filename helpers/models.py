@@ -193,6 +193,39 @@ def train_classifier(
     return model.eval()
 
 
+def trained_once(
+    model: nn.Module, images: torch.Tensor, labels: torch.Tensor, **options: Any
+) -> tuple[nn.Module, str | None]:
+    """:func:`train_classifier`, kept: the trained weights are saved under ``outputs/trained/`` (atomically), keyed
+    by the architecture, the data, ``options`` (epochs, seed, …), the device type and torch's version, and a later
+    run with the same key loads them instead of training again. Returns ``(model, path it was loaded from)`` or
+    ``(model, None)`` when it was trained now. A file that does not load (damaged, another format) is trained
+    again and replaced: nothing a learner needs is lost."""
+    import hashlib
+    import pickle
+
+    from .paths import atomic_path, output_subdir
+
+    check_instance("model", model, nn.Module, hint="pass the model to train, e.g. DigitsMLP(1024)")
+    device = next(model.parameters()).device
+    key = hashlib.sha256()
+    for part in (repr(model), sorted(options.items()), device.type, torch.__version__):
+        key.update(repr(part).encode())
+    for tensor in (images, labels):
+        key.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    path = output_subdir("trained") / f"{type(model).__name__}-{key.hexdigest()[:16]}.pt"
+    if path.exists():
+        try:
+            model.load_state_dict(torch.load(path, map_location=device, weights_only=True))
+            return model.eval(), str(path)
+        except (RuntimeError, OSError, EOFError, ValueError, KeyError, pickle.UnpicklingError):  # damaged: again
+            pass
+    model = train_classifier(model, images, labels, **options)
+    with atomic_path(path) as tmp:
+        torch.save(model.state_dict(), tmp)
+    return model, None
+
+
 def digits_classifier(device: DeviceLike = None, trained: bool = True) -> DigitsCNN:
     """The digits classifier in eval mode, with the shipped trained weights (loaded ``weights_only=True``)."""
     check_instance("trained", trained, bool, hint="pass True for the shipped weights, False for random ones")

@@ -229,3 +229,77 @@ def memory_capped(run: Callable[[int], int], cap_bytes: float) -> Callable[[int]
     ``cap_bytes`` raises ``torch.OutOfMemoryError``, as a full GPU would; lets the OOM-safe search run for real
     on a machine whose memory is not the limit (notebook 03)."""
     return with_memory_cap(run, cap_bytes, peak="returned")
+
+
+def torchvision_batches(name: str, image: int) -> Callable[[int], Any]:
+    """A function of the batch size that runs torchvision's ``name`` (random weights, seed 0, CPU, inference
+    mode) on that many random ``image``-pixel images: what :func:`attempts_under_cap` builds in its child."""
+    from .models import torchvision_model
+
+    torch.manual_seed(0)
+    model = torchvision_model(name, torch.device("cpu"))
+
+    def run(batch: int) -> None:
+        with torch.inference_mode():
+            model(torch.randn(batch, 3, image, image))
+
+    return run
+
+
+def _address_space_bytes() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+
+
+def _capped_child(conn: Any, build: Callable[[], Callable[[int], Any]], batches: list[int], cap: int) -> None:
+    # pragma: no cover - runs in a child process
+    import resource
+
+    run = build()
+    run(1)  # before the cap: the libraries, the thread pool and the kernels' first allocations are in place
+    resource.setrlimit(resource.RLIMIT_AS, (_address_space_bytes() + cap, resource.RLIM_INFINITY))
+    outcomes = []
+    for batch in batches:
+        try:
+            run(batch)
+            outcomes.append({"batch": batch, "outcome": "ran", "error": ""})
+        except Exception as exc:  # noqa: BLE001 - reported, whatever it is: which error a cap raises is the lesson
+            kind = "out of memory" if is_out_of_memory(exc) else f"failed ({type(exc).__name__})"
+            outcomes.append({"batch": batch, "outcome": kind, "error": (str(exc).splitlines() or [""])[0][:160]})
+        free_memory("cpu")
+    conn.send(outcomes)
+
+
+def attempts_under_cap(
+    build: Callable[[], Callable[[int], Any]], batches: list[int], cap_bytes: int, timeout: float = 180.0
+) -> list[dict[str, Any]]:
+    """Run ``build()(batch)`` for each of ``batches`` in a child process whose address space is capped: what it
+    holds after one call at batch 1, plus ``cap_bytes`` (``RLIMIT_AS``). The real failure path of a CPU that runs
+    out of memory, without risking the notebook's process. ``build`` must be picklable (a module-level function,
+    or a ``functools.partial`` of one, e.g. ``partial(oom.torchvision_batches, "resnet18", 160)``). Returns one
+    dict per batch: ``{"batch", "outcome": "ran" | "out of memory" | "failed (<error type>)", "error"}``.
+    Linux only: macOS does not enforce ``RLIMIT_AS``, so elsewhere it raises ``NotImplementedError`` (a named
+    skip in a notebook)."""
+    import multiprocessing
+    import sys
+
+    check_callable("build", build, hint="pass a picklable function that builds run(batch), e.g. a partial")
+    check_int("cap_bytes", cap_bytes, minimum=1, hint="pass the memory cap in bytes, e.g. 1200 * 2**20")
+    if not sys.platform.startswith("linux"):
+        raise NotImplementedError(f"a capped child process needs Linux's RLIMIT_AS; {sys.platform} does not enforce it")
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of this process's memory is shared
+    parent, child = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=_capped_child, args=(child, build, list(batches), cap_bytes), daemon=True)
+    process.start()
+    child.close()
+    try:
+        if not parent.poll(timeout):
+            raise TimeoutError(f"the capped child did not answer within {timeout:.0f} s")
+        return parent.recv()
+    except EOFError as exc:  # the child died without answering: the OS killed it, or a library aborted
+        raise RuntimeError(f"the capped child died (exit code {process.exitcode}) before it answered") from exc
+    finally:
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+            process.join()

@@ -294,3 +294,22 @@ def lines(
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def label_points(ax: Any, xs: Sequence[float], ys: Sequence[float], labels: Sequence[str], fontsize: int = 7) -> None:
+    """Write each label beside its point; a label that would overlap one already written moves down a line at a
+    time (up to eight), so that points close together stay readable. Call it once the axes' scales and limits are
+    set: overlaps are judged where the labels land on the figure."""
+    if not len(xs) == len(ys) == len(labels):
+        raise ValueError(f"pass one x, one y and one label per point (got {len(xs)}, {len(ys)}, {len(labels)}).")
+    ax.autoscale_view()  # apply a pending autoscale now: the labels are placed where the points will be drawn
+    renderer = ax.figure.canvas.get_renderer()
+    placed: list[Any] = []
+    for x, y, text in sorted(zip(xs, ys, labels, strict=True), key=lambda p: (-p[1], p[0])):
+        for step in range(9):
+            note = ax.annotate(text, (x, y), fontsize=fontsize, textcoords="offset points", xytext=(5, 4 - step * 9))
+            box = note.get_window_extent(renderer)
+            if step == 8 or not any(box.overlaps(other) for other in placed):
+                break
+            note.remove()
+        placed.append(box)

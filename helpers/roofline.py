@@ -483,27 +483,32 @@ def default_cache_sweep() -> list[int]:
     return [s * 2**20 for s in pick([4, 16, 64, 256], [2, 4, 8, 16, 32, 64, 128, 256, 512])]
 
 
-def cache_knee(buffer_bytes: list[int], bandwidths: list[float]) -> dict[str, Any]:
+def cache_knee(buffer_bytes: list[int], bandwidths: list[float], main_memory: float | None = None) -> dict[str, Any]:
     """The effective last-level cache, from a sweep of copies of growing buffers (each touches twice its buffer):
-    the largest copy still served at least :data:`CACHE_GAIN` × faster than the largest one (main memory), and
-    the next size, the first at main memory's speed. Returns ``{"fast_up_to": touched bytes or None (no copy ran
-    faster than main memory), "slow_from": touched bytes or None (even the largest ran from a cache: the sweep
-    stopped short), "gain": the fast copy's speed over main memory's}``."""
+    the largest copy still served at least :data:`CACHE_GAIN` × faster than main memory, and the next size, the
+    first at main memory's speed. Main memory's speed is the better of the sweep's largest copy and
+    ``main_memory`` (the memory roof: the best a large copy has shown here): one slow draw of the largest copy
+    (another tenant on the memory bus) would otherwise make every copy above it look cache-served. Returns
+    ``{"fast_up_to": touched bytes or None (no copy ran faster than main memory), "slow_from": touched bytes or
+    None (even the largest ran from a cache: the sweep stopped short), "gain": the fast copy's speed over main
+    memory's}``."""
     if len(buffer_bytes) != len(bandwidths) or len(buffer_bytes) < 2:
         raise ValueError("cache_knee needs two or more buffer sizes, each with its measured bandwidth (bytes/s).")
     order = sorted(range(len(buffer_bytes)), key=lambda i: buffer_bytes[i])
     sizes, bws = [buffer_bytes[i] for i in order], [bandwidths[i] for i in order]
-    plateau = bws[-1]
+    plateau = max(bws[-1], main_memory or 0.0)
     fast = [i for i, bw in enumerate(bws) if bw >= CACHE_GAIN * plateau]
     if not fast:
         return {"fast_up_to": None, "slow_from": 2 * sizes[0], "gain": max(bws) / plateau}
     last = fast[-1]
-    if last == len(sizes) - 1:  # cannot happen with the last as the plateau; kept for a caller's own plateau
+    if last == len(sizes) - 1:  # only with a slower roof than the largest copy: the sweep stopped short
         return {"fast_up_to": 2 * sizes[last], "slow_from": None, "gain": bws[last] / plateau}
     return {"fast_up_to": 2 * sizes[last], "slow_from": 2 * sizes[last + 1], "gain": bws[last] / plateau}
 
 
-def measure_cache(device: DeviceLike = None, buffer_bytes: list[int] | None = None) -> dict[str, Any]:
+def measure_cache(
+    device: DeviceLike = None, buffer_bytes: list[int] | None = None, main_memory: float | None = None
+) -> dict[str, Any]:
     """The bandwidth sweep and its knee (:func:`cache_knee`), under the course's noise rule
     (:func:`helpers.verdict.settle`: a busy sweep is measured once more, then left undecided). Returns the knee
     with ``"sizes"`` (buffer bytes), ``"bytes_per_s"`` and ``"undecided"`` (None, or why)."""
@@ -515,9 +520,10 @@ def measure_cache(device: DeviceLike = None, buffer_bytes: list[int] | None = No
     def sweep() -> list[tuple[float, Measurement]]:
         return [memory_bandwidth(dev, nbytes=n, repeats=pick(3, 5), budget=pick(0.2, 0.5)) for n in sizes]
 
-    settled = settle(sweep, what="the effective cache", flagged=lambda runs: _knee_noise(sizes, runs))
+    settled = settle(sweep, what="the effective cache", flagged=lambda runs: _knee_noise(sizes, runs, main_memory))
     bws = [bw for bw, _m in settled.value]
-    return {**cache_knee(sizes, bws), "sizes": sizes, "bytes_per_s": bws, "undecided": settled.reason}
+    knee = cache_knee(sizes, bws, main_memory)
+    return {**knee, "sizes": sizes, "bytes_per_s": bws, "undecided": settled.reason}
 
 
 def reconsider_cache(rf: Roofline, buffer_bytes: list[int], measurements: list[Any], store: bool = True) -> str:
@@ -530,11 +536,12 @@ def reconsider_cache(rf: Roofline, buffer_bytes: list[int], measurements: list[A
         raise ValueError("pass one (bytes/s, Measurement) pair per buffer size, as memory_bandwidth returns them.")
     if not rf.device.startswith("cpu"):  # a GPU's curve rises with size (launches), its L2 is what the driver says
         return rf.cache_line()
-    reason = _knee_noise(list(buffer_bytes), measurements)
+    reason = _knee_noise(list(buffer_bytes), measurements, rf.bandwidth)
     if reason:
         return f"the sweep was disturbed ({reason}), so it does not move the stored cache: " + rf.cache_line()
     bws = [bw for bw, _m in measurements]
-    rf.cache_sweep = {**cache_knee(list(buffer_bytes), bws), "sizes": list(buffer_bytes), "bytes_per_s": bws}
+    knee = cache_knee(list(buffer_bytes), bws, rf.bandwidth)
+    rf.cache_sweep = {**knee, "sizes": list(buffer_bytes), "bytes_per_s": bws}
     rf.cache_sweep["undecided"] = None
     rf.cache_bytes = _effective_cache(rf)
     if store:
@@ -542,7 +549,7 @@ def reconsider_cache(rf: Roofline, buffer_bytes: list[int], measurements: list[A
     return rf.cache_line()
 
 
-def _knee_noise(buffer_bytes: list[int], runs: list[Any]) -> str | None:
+def _knee_noise(buffer_bytes: list[int], runs: list[Any], main_memory: float | None = None) -> str | None:
     """Why a sweep cannot place the knee, or None: the machine was busy during any copy, or one of the two copies
     the knee lies between (or the largest, main memory's speed) is noisy. A small copy's own jitter elsewhere in the
     sweep moves nothing the knee rests on."""
@@ -551,7 +558,7 @@ def _knee_noise(buffer_bytes: list[int], runs: list[Any]) -> str | None:
     measurements = [m for _bw, m in runs]
     if reason := busy_reason(measurements):
         return reason
-    knee = cache_knee(buffer_bytes, [bw for bw, _m in runs])
+    knee = cache_knee(buffer_bytes, [bw for bw, _m in runs], main_memory)
     touched = {knee["fast_up_to"], knee["slow_from"], 2 * max(buffer_bytes)} - {None}
     bracket = [m for n, m in zip(buffer_bytes, measurements, strict=True) if 2 * n in touched]
     return noise_reason(bracket)
@@ -1126,7 +1133,7 @@ def _measure(dev: torch.device, dtypes: list[str], parts: set[str]) -> Roofline:
     if "speed" in parts:
         rf.dtype_speed = dtype_speeds(dev)
     if "cache" in parts and dev.type == "cpu":
-        rf.cache_sweep = measure_cache(dev)
+        rf.cache_sweep = measure_cache(dev, main_memory=rf.bandwidth or None)
         rf.cache_bytes = _effective_cache(rf)
     if dev.type == "cuda" and "h2d" in parts:
         for pinned in (True, False):
@@ -1375,7 +1382,7 @@ def get_roofline(device: DeviceLike = None, dtypes: list[str] | None = None, ref
     if dev.type == "cpu" and not stored.cache_sweep:  # stored before the course measured the effective cache
         print("roofline: measuring the effective cache (the knee of a bandwidth sweep, stored with the roofline)")
         stored.reported_cache_bytes = cache_bytes(dev)
-        stored.cache_sweep = measure_cache(dev)
+        stored.cache_sweep = measure_cache(dev, main_memory=stored.bandwidth or None)
         stored.cache_bytes = _effective_cache(stored)
         save_roofline(stored)
     if not stored.is_noisy() or stored.remeasures >= MAX_REMEASURES:

@@ -250,3 +250,19 @@ def test_capacity_at_target_finds_the_rate_where_a_constraint_binds_and_says_whi
     assert impossible.rate == 0 and "no rate" in impossible.sentence()
     with pytest.raises(ValueError, match="ceiling"):
         batching.capacity_at_target(service, 8, 0.0005, p99_target=0.01, ceiling=1.5)
+
+
+def test_a_preemption_tail_is_named_and_an_ordinary_spread_is_not():
+    from helpers.timing import Measurement
+
+    quiet = [
+        Measurement(samples=tuple([1e-4] * 198 + [1.6e-4, 1.7e-4]), label="b1"),
+        Measurement(samples=tuple([2e-2] * 198 + [2.8e-2, 3e-2]), label="b2"),
+    ]
+    assert batching.tail_warning([1, 2], quiet) is None
+    # the panel's case: a 142 µs call whose p99 is 8.5 ms (a few calls waited for a time slice)
+    tail = quiet[:1] + [Measurement(samples=tuple([1.42e-4] * 196 + [8.5e-3] * 4), label="b2")]
+    line = batching.tail_warning([1, 2], tail)
+    assert line and "batch 2" in line and "batch 1" not in line and "preemption" in line
+    with pytest.raises(ValueError):
+        batching.tail_warning([1, 2, 4], quiet)

@@ -257,3 +257,22 @@ def test_nan_logits_labels_outside_the_classes_and_a_diverging_training_are_refu
         models.train_classifier(model, huge, labels, epochs=1, shift_augment=False)
     with pytest.raises(ValueError, match="not raw digits"):
         data.digits_to_float(torch.zeros(2, 8, 8))
+
+
+def test_a_model_trained_once_is_loaded_by_the_next_run_and_a_damaged_file_is_trained_again():
+    from helpers.models import DigitsMLP, trained_once
+
+    x, y = data.load_digits("train")
+    x, y = x[:128], y[:128]
+    first, loaded = trained_once(DigitsMLP(16), x, y, epochs=1)
+    assert loaded is None
+    second, loaded = trained_once(DigitsMLP(16), x, y, epochs=1)
+    pairs = zip(first.state_dict().values(), second.state_dict().values(), strict=True)
+    assert loaded and all(torch.equal(a, b) for a, b in pairs)
+    _, other = trained_once(DigitsMLP(16), x, y, epochs=2)  # other settings: another key, trained
+    assert other is None
+    with open(loaded, "wb") as damaged:
+        damaged.write(b"not a checkpoint")
+    _, again = trained_once(DigitsMLP(16), x, y, epochs=1)
+    assert again is None  # trained again, and replaced: the next run loads it
+    assert trained_once(DigitsMLP(16), x, y, epochs=1)[1] == loaded

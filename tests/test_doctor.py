@@ -291,3 +291,66 @@ def test_a_busy_session_leaves_the_regime_undecided(rf, monkeypatch):
     d = doctor.diagnose(lambda x: x * 2, torch.randn(4, 16), rf, repeats=3)
     assert d.regime == "busy" and d.explain().startswith("batch 4: undecided (busy). undecided: the regime")
     assert "overhead-bound" not in d.explain()
+
+
+def assert_label_follows_numbers(d, rf):
+    """The regime a diagnosis prints is the one its own numbers say (the rules of the doctor's docstring)."""
+    fixed = min(1.0, max(0.0, 2.0 - d.growth))
+    text = d.explain()
+    if d.regime == "compute":
+        assert d.explained >= doctor.EXPLAINED_MIN and d.counts.intensity >= d.ridge_point, text
+    elif d.regime == "inefficient":
+        assert d.explained < doctor.EXPLAINED_MIN and d.counts.intensity >= d.ridge_point, text
+        assert "Use faster math" not in text
+    elif d.regime == "overhead":
+        assert d.dispatch_share >= doctor.OVERHEAD_SHARE or (d.explained < doctor.EXPLAINED_MIN and fixed >= 0.5), text
+    elif d.regime == "memory":
+        assert d.counts.flops_complete and d.counts.intensity < d.ridge_point, text
+    else:
+        assert d.regime == "undetermined" and not d.counts.flops_complete, text
+    if "Use faster math" in text:  # only the formats this roofline measured faster than fp32
+        named = text.split("Use faster math:")[1].split(".")[0]
+        assert all(dtype in rf.faster_dtypes() for dtype in ("bf16", "fp16", "int8") if f"{dtype} (" in named), text
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v3_small"])
+def test_outside_vision_models_get_the_regime_their_numbers_say(rf, name):
+    import torchvision
+
+    model = getattr(torchvision.models, name)().eval()
+    d = settled(model, torch.randn(1, 3, 64, 64), rf, repeats=5)
+    assert d.counts.flops_complete and d.counts.flops > 0
+    assert_label_follows_numbers(d, rf)
+    assert d.working_set_bytes > sum(p.numel() * 4 for p in model.parameters())  # activations counted too
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_a_transformer_layer_with_and_without_its_fused_fast_path(rf, fast_path):
+    layer = torch.nn.TransformerEncoderLayer(128, 4, 512, batch_first=True).eval()
+    x = torch.randn(2, 32, 128)
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(fast_path)
+    try:
+        d = settled(layer, x, rf, repeats=5)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
+    # the fused layer has no FLOP formula; unfused, its projections are counted (addmm) and only the CPU's
+    # scaled-dot-product kernel is not
+    assert ("_transformer_encoder_layer_fwd" in d.counts.uncounted) is fast_path
+    assert fast_path or d.counts.by_op.get("addmm", 0) >= 3
+    assert_label_follows_numbers(d, rf)
+    if fast_path:
+        assert d.regime in ("undetermined", "overhead"), d.explain()
+
+
+def test_a_call_whose_time_follows_the_batch_far_from_the_compute_roof_is_not_compute_bound(rf, monkeypatch):
+    w = torch.randn(256, 256)
+    monkeypatch.setattr(rf, "peak_flops", {"fp32": 1e15})  # roofs this call reaches a tiny fraction of,
+    monkeypatch.setattr(rf, "bandwidth", 1e14)  # with the ridge (10 FLOP/byte) below the call's intensity (43)
+    d = settled(lambda x: x @ w, torch.randn(256, 256), rf, repeats=5)
+    assert d.counts.intensity > d.ridge_point and d.explained < doctor.EXPLAINED_MIN
+    assert d.regime in ("inefficient", "overhead"), d.explain()
+    assert "Use faster math" not in d.explain()
+    assert_label_follows_numbers(d, rf)

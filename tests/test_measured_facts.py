@@ -141,3 +141,15 @@ def test_a_dtype_too_slow_for_rounds_is_judged_on_alternated_single_calls():
     rf = roof(PLAIN_XEON, {"matmul": {"fp16": never}})
     assert "too slow to repeat" in rf.dtype_line("fp16") and "nan" not in rf.dtype_line("fp16")
     assert rl.speed_table(rf).loc["fp16", "matmul × fp32"] == "undecided (one call)"
+
+
+def test_a_slow_draw_of_the_largest_copy_does_not_move_the_knee_up():
+    # 00's sweep on a shared host (2026-12-07): the two largest copies ran at 59 % of the memory roof, so against
+    # them every copy up to 128 MiB buffers looked cache-served; against the roof the knee is at 32 MiB buffers
+    mib = 2**20
+    sizes = [s * mib for s in (16, 32, 64, 128, 256, 512)]
+    bws = [55.1e9, 44.1e9, 26.5e9, 23.0e9, 14.7e9, 14.6e9]
+    assert rl.cache_knee(sizes, bws)["fast_up_to"] == 256 * mib  # the sweep's own tail as main memory
+    knee = rl.cache_knee(sizes, bws, main_memory=24.5e9)  # the memory roof: the best large copy here
+    assert knee["fast_up_to"] == 64 * mib and knee["slow_from"] == 128 * mib
+    assert knee["gain"] == pytest.approx(44.1 / 24.5)

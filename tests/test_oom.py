@@ -134,3 +134,18 @@ def test_other_runtime_errors_still_propagate():
 
     with pytest.raises(RuntimeError, match="shapes"):
         oom.largest_fitting_batch(broken, device="cpu")
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux only")
+def test_a_capped_child_process_runs_a_small_batch_and_runs_out_of_memory_on_a_large_one():
+    from functools import partial
+
+    outcomes = oom.attempts_under_cap(partial(oom.torchvision_batches, "resnet18", 64), [8, 1024], 100 * 2**20)
+    assert [o["batch"] for o in outcomes] == [8, 1024]
+    assert outcomes[0] == {"batch": 8, "outcome": "ran", "error": ""}
+    assert outcomes[1]["outcome"] != "ran" and outcomes[1]["error"]  # the real failure, with what the library said
+
+
+def test_a_capped_child_needs_a_picklable_builder():
+    with pytest.raises(TypeError, match="build"):
+        oom.attempts_under_cap("resnet18", [1], 2**20)

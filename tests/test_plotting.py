@@ -118,3 +118,16 @@ def test_plot_bad_input():
         plotting.vs_batch([1, 2], [_m("a", 1.0)])
     with pytest.raises(ValueError):
         plotting.waterfall(["a"], [])
+
+
+def test_labels_of_points_close_together_do_not_overlap():
+    fig, ax = plotting.subplots()
+    xs, ys = [1.0, 1.01, 1.02, 3.0], [0.5, 0.5, 0.51, 0.2]
+    ax.scatter(xs, ys)
+    plotting.label_points(ax, xs, ys, ["first label", "second label", "third label", "far away"])
+    boxes = [t.get_window_extent(fig.canvas.get_renderer()) for t in ax.texts]
+    assert len(boxes) == 4
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+    with pytest.raises(ValueError, match="one x, one y and one label"):
+        plotting.label_points(ax, [1.0], [1.0, 2.0], ["a"])
+    plt.close(fig)
