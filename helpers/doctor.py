@@ -118,7 +118,8 @@ class Diagnosis:
 
     def explain(self) -> str:
         name = {"inefficient": "inefficient kernels", "undetermined": "undetermined", "busy": "undecided (busy)"}
-        return f"batch {self.batch}: {name.get(self.regime, self.regime + '-bound')}. " + " ".join(self.reasons)
+        head = f"batch {self.batch}: {name.get(self.regime, self.regime + '-bound')}."
+        return head + "".join(f"\n  · {reason}" for reason in self.reasons)  # one line per piece of evidence
 
 
 def doubling(sizes: Comparison, small: str, big: str) -> str:
@@ -336,6 +337,8 @@ def diagnose(
         if cache_resident
         else ""
     )
+    if where:  # a reason of its own: which memory roof applies
+        reasons.append(where.strip())
     incomplete = (
         f"The FLOP count is incomplete: {', '.join(sorted(counts.uncounted))} "
         "ha" + ("s" if len(counts.uncounted) == 1 else "ve") + " matrix products inside that FlopCounterMode has no "
@@ -357,21 +360,21 @@ def diagnose(
         regime = "overhead"
         if source == "profiler":
             reasons.append(
-                where + f"At the roofs its work would take {explained:.0%} of the measured time, and the GPU was "
+                f"At the roofs its work would take {explained:.0%} of the measured time, and the GPU was "
                 f"idle for {overhead_share:.0%} of the call (profiler: kernel time against wall time), waiting for "
                 "the CPU to prepare and launch each op. Batch more, or cut the number of launches (fusion, CUDA "
                 "graphs)."
             )
         elif overhead_share >= OVERHEAD_SHARE:
             reasons.append(
-                where + f"At the roofs its work would take {explained:.0%} of the measured time, and {counts.ops} "
+                f"At the roofs its work would take {explained:.0%} of the measured time, and {counts.ops} "
                 f"ops × {rf.dispatch_latency * 1e6:.2f} µs (the cost of a typical small op here) are "
                 f"{overhead_share:.0%} of it: dispatching ops is what costs. Batch more, or cut the number of "
                 "ops (fusion, CUDA graphs)."
             )
         else:
             reasons.append(
-                where + f"At the roofs its work would take {explained:.0%} of the measured time; the first doubling "
+                f"At the roofs its work would take {explained:.0%} of the measured time; the first doubling "
                 f"puts about {fixed_share:.0%} of it in a fixed cost per call (time = fixed + per item × batch), and "
                 f"{counts.ops} ops × {rf.dispatch_latency * 1e6:.2f} µs (a typical small op) only "
                 f"{overhead_share:.0%}: "
@@ -387,7 +390,7 @@ def diagnose(
     elif not counts.flops_complete and counts.intensity < ridge:
         regime = "undetermined"
         reasons.append(
-            where + incomplete + "The doctor does not place it against the ridge point: profile it (notebook 08) "
+            incomplete + "The doctor does not place it against the ridge point: profile it (notebook 08) "
             "or count its FLOPs analytically. "
             + (
                 "Its time follows the batch, so the work per item is what costs."
@@ -403,8 +406,7 @@ def diagnose(
         regime = "memory"
         fraction = achieved_bytes / bandwidth
         reasons.append(
-            where
-            + f"It does {counts.intensity:.2f} FLOP per byte moved, below the ridge point of {ridge:.1f}: "
+            f"It does {counts.intensity:.2f} FLOP per byte moved, below the ridge point of {ridge:.1f}: "
             + (
                 f"moving data costs more than computing ({fraction:.0%} of the memory roof)."
                 if fraction <= 1
@@ -417,8 +419,7 @@ def diagnose(
         regime = "compute"
         compute_fraction = achieved_flops / peak
         reasons.append(
-            where
-            + (
+            (
                 incomplete + "Uncounted FLOPs only raise the intensity, and the counted ones already pass the ridge. "
                 if not counts.flops_complete
                 else ""

@@ -289,7 +289,7 @@ def test_counted_flops_past_the_ridge_are_compute_bound_even_when_some_are_uncou
 def test_a_busy_session_leaves_the_regime_undecided(rf, monkeypatch):
     monkeypatch.setattr(doctor, "busy_reason", lambda value: "other processes used 1.5 of the 2 CPUs")
     d = doctor.diagnose(lambda x: x * 2, torch.randn(4, 16), rf, repeats=3)
-    assert d.regime == "busy" and d.explain().startswith("batch 4: undecided (busy). undecided: the regime")
+    assert d.regime == "busy" and d.explain().startswith("batch 4: undecided (busy).\n  · undecided: the regime")
     assert "overhead-bound" not in d.explain()
 
 
