@@ -132,6 +132,38 @@ def tail_warning(batches: Sequence[int], measurements: Sequence[Measurement]) ->
     )
 
 
+#: Timed calls a batch needs before "none of them went over the target" may stand for its p99 meeting it.
+P99_CALLS = 100
+
+
+def _lower_rank(n: int, q: float = 0.99, confidence: float = 0.975) -> int:
+    """The largest rank r (1-based) whose order statistic lies below the q-quantile with probability at least
+    ``confidence``: P(Binomial(n, q) >= r) >= confidence (a distribution-free bound, no SciPy)."""
+    log_q, log_p = math.log(q), math.log1p(-q)
+    tail = 0.0  # P(Binomial(n, q) >= r), accumulated from r = n downwards
+    for r in range(n, 0, -1):
+        tail += math.exp(math.lgamma(n + 1) - math.lgamma(r + 1) - math.lgamma(n - r + 1) + r * log_q + (n - r) * log_p)
+        if tail >= confidence:
+            return r
+    return 1
+
+
+def p99_against(samples: Sequence[float], target: float) -> str:
+    """Whether single-call latencies ``samples`` meet a p99 ``target`` (seconds), as far as they can tell:
+    ``"meets"`` when at least :data:`P99_CALLS` calls were timed and none went over it; ``"misses"`` when even the
+    lower end of the p99's 95 % interval (order statistics, distribution-free) is above it; otherwise
+    ``"undecided"``: more calls would tell. A p99 from a few hundred calls is one of their largest values, so a
+    point estimate a hair under the target says little."""
+    check_numbers("samples", samples, hint="pass the single-call latencies in seconds, e.g. m.samples")
+    check_number("target", target, positive=True, hint="pass the p99 target in seconds, e.g. 0.005")
+    xs = sorted(samples)
+    if len(xs) >= P99_CALLS and xs[-1] <= target:
+        return "meets"
+    if xs[_lower_rank(len(xs)) - 1] > target:
+        return "misses"
+    return "undecided"
+
+
 def find_knee(batches: Sequence[int], throughputs: Sequence[float], within: float = 0.10) -> int:
     """The smallest batch whose throughput is within ``within`` (a fraction) of the best measured.
 

@@ -251,13 +251,42 @@ def _address_space_bytes() -> int:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
 
 
-def _capped_child(conn: Any, build: Callable[[], Callable[[int], Any]], batches: list[int], cap: int) -> None:
-    # pragma: no cover - runs in a child process
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0][:160]
+
+
+def _capped_child(
+    conn: Any, build: Callable[[], Callable[[int], Any]], batches: list[int] | None, limit: int, cap: int
+) -> None:  # pragma: no cover - runs in a child process
     import resource
 
     run = build()
     run(1)  # before the cap: the libraries, the thread pool and the kernels' first allocations are in place
     resource.setrlimit(resource.RLIMIT_AS, (_address_space_bytes() + cap, resource.RLIM_INFINITY))
+    if batches is None:  # a real search: largest_fitting_batch against the cap, every attempt and failure kept
+        tried: list[tuple[int, bool]] = []
+        failures: list[tuple[int, str]] = []
+
+        def attempt(batch: int) -> None:
+            try:
+                run(batch)
+            except Exception as exc:  # noqa: BLE001 - re-raised: the search decides what an OOM is
+                tried.append((batch, False))
+                failures.append((batch, _first_line(exc)))
+                raise
+            tried.append((batch, True))
+
+        answer = {"attempts": tried, "hit_limit": False, "stopped": None}
+        try:
+            found = largest_fitting_batch(attempt, limit=limit, device="cpu")
+            answer.update(largest=found.largest, hit_limit=found.hit_limit)
+        except Exception as exc:  # noqa: BLE001 - not an out-of-memory error: the search stops, and says why
+            fitted = [b for b, ok in tried if ok]
+            answer.update(largest=max(fitted) if fitted else None, stopped=f"{type(exc).__name__}: {_first_line(exc)}")
+        answer["first_failure"] = failures[0] if failures else None
+        answer["last_failure"] = failures[-1] if failures else None
+        conn.send(answer)
+        return
     outcomes = []
     for batch in batches:
         try:
@@ -265,21 +294,14 @@ def _capped_child(conn: Any, build: Callable[[], Callable[[int], Any]], batches:
             outcomes.append({"batch": batch, "outcome": "ran", "error": ""})
         except Exception as exc:  # noqa: BLE001 - reported, whatever it is: which error a cap raises is the lesson
             kind = "out of memory" if is_out_of_memory(exc) else f"failed ({type(exc).__name__})"
-            outcomes.append({"batch": batch, "outcome": kind, "error": (str(exc).splitlines() or [""])[0][:160]})
+            outcomes.append({"batch": batch, "outcome": kind, "error": _first_line(exc)})
         free_memory("cpu")
     conn.send(outcomes)
 
 
-def attempts_under_cap(
-    build: Callable[[], Callable[[int], Any]], batches: list[int], cap_bytes: int, timeout: float = 180.0
-) -> list[dict[str, Any]]:
-    """Run ``build()(batch)`` for each of ``batches`` in a child process whose address space is capped: what it
-    holds after one call at batch 1, plus ``cap_bytes`` (``RLIMIT_AS``). The real failure path of a CPU that runs
-    out of memory, without risking the notebook's process. ``build`` must be picklable (a module-level function,
-    or a ``functools.partial`` of one, e.g. ``partial(oom.torchvision_batches, "resnet18", 160)``). Returns one
-    dict per batch: ``{"batch", "outcome": "ran" | "out of memory" | "failed (<error type>)", "error"}``.
-    Linux only: macOS does not enforce ``RLIMIT_AS``, so elsewhere it raises ``NotImplementedError`` (a named
-    skip in a notebook)."""
+def _in_capped_child(
+    build: Callable[[], Callable[[int], Any]], batches: list[int] | None, limit: int, cap_bytes: int, timeout: float
+) -> Any:
     import multiprocessing
     import sys
 
@@ -289,7 +311,7 @@ def attempts_under_cap(
         raise NotImplementedError(f"a capped child process needs Linux's RLIMIT_AS; {sys.platform} does not enforce it")
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of this process's memory is shared
     parent, child = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_capped_child, args=(child, build, list(batches), cap_bytes), daemon=True)
+    process = ctx.Process(target=_capped_child, args=(child, build, batches, limit, cap_bytes), daemon=True)
     process.start()
     child.close()
     try:
@@ -303,3 +325,27 @@ def attempts_under_cap(
         if process.is_alive():
             process.kill()
             process.join()
+
+
+def attempts_under_cap(
+    build: Callable[[], Callable[[int], Any]], batches: list[int], cap_bytes: int, timeout: float = 180.0
+) -> list[dict[str, Any]]:
+    """Run ``build()(batch)`` for each of ``batches`` in a child process whose address space is capped: what it
+    holds after one call at batch 1, plus ``cap_bytes`` (``RLIMIT_AS``). The real failure path of a CPU that runs
+    out of memory, without risking the notebook's process. ``build`` must be picklable (a module-level function,
+    or a ``functools.partial`` of one, e.g. ``partial(oom.torchvision_batches, "resnet18", 160)``). Returns one
+    dict per batch: ``{"batch", "outcome": "ran" | "out of memory" | "failed (<error type>)", "error"}``.
+    Linux only: macOS does not enforce ``RLIMIT_AS``, so elsewhere it raises ``NotImplementedError`` (a named
+    skip in a notebook)."""
+    return _in_capped_child(build, list(batches), 0, cap_bytes, timeout)
+
+
+def largest_under_cap(
+    build: Callable[[], Callable[[int], Any]], cap_bytes: int, limit: int = 2**14, timeout: float = 300.0
+) -> dict[str, Any]:
+    """:func:`largest_fitting_batch` with real calls, in a child process capped as :func:`attempts_under_cap`'s.
+    Returns ``{"largest": the largest batch that ran (None if none), "attempts": [(batch, ran)], "hit_limit",
+    "first_failure" and "last_failure": (batch, what the library said) or None, "stopped": None, or the error that
+    was not an out-of-memory one (the search stops there)}``."""
+    check_int("limit", limit, minimum=1, hint="pass the largest batch to try, e.g. 4096")
+    return _in_capped_child(build, None, limit, cap_bytes, timeout)

@@ -149,3 +149,14 @@ def test_a_capped_child_process_runs_a_small_batch_and_runs_out_of_memory_on_a_l
 def test_a_capped_child_needs_a_picklable_builder():
     with pytest.raises(TypeError, match="build"):
         oom.attempts_under_cap("resnet18", [1], 2**20)
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux only")
+def test_the_search_runs_real_calls_under_a_real_cap_and_says_where_it_stopped():
+    from functools import partial
+
+    found = oom.largest_under_cap(partial(oom.torchvision_batches, "resnet18", 64), 48 * 2**20, limit=512)
+    ran = [batch for batch, ok in found["attempts"] if ok]
+    assert found["attempts"][0] == (1, True) and found["largest"] == max(ran) < 512
+    assert found["first_failure"] and found["first_failure"][1]  # what the library said when memory ran out
+    assert found["stopped"] is None or found["stopped"].startswith("RuntimeError")  # a failure not named OOM
