@@ -30,9 +30,9 @@ say which regime it is in, with the evidence.
    reorder, a slow small-batch kernel), and a bigger batch shares it. When the work explains under a quarter
    of the time and the time mostly follows the batch past the ridge, neither a roof nor overhead limits the
    call: the regime is *inefficient* (kernels slow for these shapes), not compute-bound, and the advice is not
-   faster math; below the ridge it stays memory-bound (strided reads move more bytes than counted) and says
-   so. The working set counts the weights, the input and the most tensor bytes the call holds at once
-   (:func:`helpers.memory.peak_allocated_bytes`).
+   faster math; below the ridge it is *inefficient* too when its whole working set is in cache, and otherwise
+   stays memory-bound (strided reads move more bytes than counted) and says so. The working set counts the
+   weights, the input and the most tensor bytes the call holds at once (:func:`helpers.memory.peak_allocated_bytes`).
 
 Use it on your own model: ``diagnose(model, example_input, rf)`` with ``rf = roofline.measure_roofline()``.
 """
@@ -169,14 +169,16 @@ def fewer_bytes(rf: Roofline) -> str:
     return "Move fewer bytes: fuse ops, or a narrower dtype where its kernels are fast (roofline.speed_table)."
 
 
-def faster_math(rf: Roofline, device: torch.device) -> str:
+def faster_math(rf: Roofline, device: torch.device, convolutions: bool = False) -> str:
     """The advice for a compute-bound call, from what this machine measured (``rf.dtype_speed``): the number
-    formats that ran faster than fp32 here, or that none did."""
+    formats that ran faster than fp32 here, or that none did. ``convolutions``: the call's work is convolutions,
+    which int8 reaches only through static quantization (PT2E), not through the matmul the table timed."""
     faster = rf.faster_dtypes()
     if faster:
         gains = ", ".join(
             f"{d} ({kernel} {entry['ratio']:.1f}× fp32 measured here"
             + (", the bare torch._int_mm, before quantizing and dequantizing" if d == "int8" else "")
+            + ("; for convolutions, static int8 through PT2E: notebook 02" if d == "int8" and convolutions else "")
             + ")"
             for d in faster
             for kernel, entry in [
@@ -289,6 +291,7 @@ def diagnose(
     first = doubling(sizes, labels[batch], labels[2 * batch])
     second = doubling(sizes, labels[2 * batch], labels[4 * batch])
     counts = count_ops(call, example)  # as timed: under inference_mode, where fast paths (fused kernels) run
+    convolutions = any("conv" in op for op in counts.by_op)  # int8 advice differs for a convolution network
     ws = working_set_bytes(model, example, peak=peak_allocated_bytes(lambda: call(example), dev))
     cache = rf.cache_bytes or 0
     cache_resident = rf.fits_in_cache(ws) is True  # by the knee this machine measured (None: straddles it)
@@ -342,7 +345,7 @@ def diagnose(
     incomplete = (
         f"The FLOP count is incomplete: {', '.join(sorted(counts.uncounted))} "
         "ha" + ("s" if len(counts.uncounted) == 1 else "ve") + " matrix products inside that FlopCounterMode has no "
-        "formula for (a fused kernel), so the counted FLOPs, the intensity and the work's share of the time are "
+        "formula for (a fused op), so the counted FLOPs, the intensity and the work's share of the time are "
         "floors, possibly far too low. "
         if not counts.flops_complete
         else ""
@@ -430,7 +433,7 @@ def diagnose(
                 if compute_fraction <= 1
                 else rf.place(counts.flops, counts.bytes, t1.median, dtype)["explanation"] + " "
             )
-            + faster_math(rf, dev)
+            + faster_math(rf, dev, convolutions)
         )
     if not settled.decided:  # measured twice on a busy machine: no regime is claimed from it
         regime = "busy"
@@ -440,7 +443,7 @@ def diagnose(
     if regime == "compute" and counts.flops_complete and explained < EXPLAINED_MIN:
         # past the ridge, yet far from the compute roof: under-used compute, not compute-bound (faster math would
         # speed up kernels that are not what limits it)
-        reasons[-1] = reasons[-1].replace(faster_math(rf, dev), "").rstrip()
+        reasons[-1] = reasons[-1].replace(faster_math(rf, dev, convolutions), "").rstrip()
         reasons.append(
             f"But the work at the roofs would take only {explained:.0%} of the time, and "
             + (
@@ -451,6 +454,16 @@ def diagnose(
             + ": neither roof nor overhead limits it, the kernels are "
             "inefficient for these shapes (small or awkward work), so faster math would not help much; a bigger "
             "batch, another layout or a compiled kernel might (notebooks 03, 04, 08)."
+        )
+        regime = "inefficient"
+    elif regime == "memory" and counts.flops_complete and explained < EXPLAINED_MIN and cache_resident:
+        # everything it touches sits in cache, yet it is far from the cache's roof: not the bytes, the kernels
+        reasons[-1] = reasons[-1].replace(fewer_bytes(rf), "").rstrip()
+        reasons.append(
+            f"But the work at the roofs would take only {explained:.0%} of the time, with its whole working set in "
+            "cache: the bytes are not what it waits for. The kernels are slow for these shapes (small work, or a "
+            "switch of kernel between batch sizes, which the doublings above show): a bigger batch, another layout "
+            "or a compiled kernel might help (notebooks 03, 04, 08); fewer bytes would not."
         )
         regime = "inefficient"
     elif regime == "memory" and explained < EXPLAINED_MIN:

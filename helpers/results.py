@@ -463,6 +463,9 @@ def readable_reference(df: Any) -> Any:
         if column in out.columns:
             out[column] = out[column].map(lambda v, c=convert: c(v) if v is not None and v == v else "—")
             out = out.rename(columns={column: name})
+    for column in [c for c in out.columns if c.endswith("_s") and pd.api.types.is_numeric_dtype(out[c])]:
+        out[column] = out[column].map(lambda v: format_seconds(v) if v == v else "—")  # a metric in seconds
+        out = out.rename(columns={column: column[:-2].replace("_", " ")})
     return out.reset_index(drop=True)
 
 

@@ -1157,7 +1157,7 @@ def measure_roofline(device: DeviceLike = None, dtypes: list[str] | None = None,
             rf = _merge(stored, rf)
             rf.remeasures = 0 if not rf.noisy else stored.remeasures
             for name, choice in rf.choices.items():  # which value each roof now holds, and why
-                print(f"roofline: {name}: stored {choice}")
+                print(f"roofline: {name}: kept {choice}")
         save_roofline(rf)
     return rf
 
@@ -1340,7 +1340,14 @@ def _merge(old: Roofline, new: Roofline) -> Roofline:
             higher_is_better=name != "dispatch",
         )
         if math.isfinite(new_value) and math.isfinite(old_value):
-            new.choices[name] = ("the new value" if take else "the stored value") + f" ({why})"
+            unit, scale = {"bandwidth": ("GB/s", 1e9), "dispatch": ("µs", 1e-6)}.get(
+                name, ("GOP/s" if name == "int8" else "GFLOP/s", 1e9)
+            )
+            kept, other = (new_value, old_value) if take else (old_value, new_value)
+            new.choices[name] = (
+                f"{kept / scale:,.1f} {unit} ({'this run' if take else 'stored ' + old.measured_at[:16]}) "
+                f"over {other / scale:,.1f} ({'stored' if take else 'this run'}): {why}"
+            )
         if not take:
             if name == "bandwidth":
                 new.bandwidth = old.bandwidth
@@ -1412,6 +1419,11 @@ def get_roofline(device: DeviceLike = None, dtypes: list[str] | None = None, ref
     return rf
 
 
+def _roof_column(dtype: str) -> str:
+    """A roof's column in the comparison table: int8 counts integer operations (GOP/s), the others FLOP/s."""
+    return f"{dtype} {'GOP/s' if dtype == 'int8' else 'GFLOP/s'}"
+
+
 def compare_with_reference(rf: Roofline | None = None) -> Any:
     """One row per machine: the rooflines recorded in ``data/reference/`` by notebook 00, plus ``rf`` (this
     machine, when given), in readable units."""
@@ -1433,7 +1445,7 @@ def compare_with_reference(rf: Roofline | None = None) -> Any:
         row = rows.setdefault(f"{r['machine_id']} (reference, {r['mode']} mode, {str(r['time'])[:10]})", {})
         variant = r["variant"]
         if variant in matmul_names:
-            row[f"{matmul_names[variant]} GFLOP/s"] = r["flops"] / 1e9
+            row[_roof_column(matmul_names[variant])] = r["flops"] / 1e9
         elif variant == BANDWIDTH_VARIANT:
             row["memory GB/s"] = r["bytes_per_s"] / 1e9
         elif variant == DISPATCH_VARIANT:
@@ -1442,7 +1454,7 @@ def compare_with_reference(rf: Roofline | None = None) -> Any:
             row[f"H2D {h2d_names[variant]} GB/s"] = r["bytes_per_s"] / 1e9
     if rf is not None:
         row = rows.setdefault(f"{rf.machine_id} (this run, {course_mode()} mode)", {})
-        row.update({f"{k} GFLOP/s": v / 1e9 for k, v in rf.peak_flops.items()})
+        row.update({_roof_column(k): v / 1e9 for k, v in rf.peak_flops.items()})
         row["memory GB/s"] = rf.bandwidth / 1e9
         row["µs per tiny op"] = rf.dispatch_latency * 1e6
         row.update({f"H2D {k} GB/s": v / 1e9 for k, v in rf.h2d_bandwidth.items()})
@@ -1450,7 +1462,7 @@ def compare_with_reference(rf: Roofline | None = None) -> Any:
         sheet = datasheet(machine)
         if sheet:  # the speed of light beside the achievable roofs
             row = rows.setdefault(f"{machine} (datasheet)", {})
-            row.update({f"{k} GFLOP/s": v / 1e9 for k, v in sheet.items() if k != "bandwidth"})
+            row.update({_roof_column(k): v / 1e9 for k, v in sheet.items() if k != "bandwidth"})
             row["memory GB/s"] = sheet["bandwidth"] / 1e9
     table = pd.DataFrame.from_dict(rows, orient="index").round(2)
     for label, r in table.iterrows():
