@@ -132,8 +132,9 @@ def tail_warning(batches: Sequence[int], measurements: Sequence[Measurement]) ->
     )
 
 
-#: Timed calls a batch needs before "none of them went over the target" may stand for its p99 meeting it.
-P99_CALLS = 100
+#: Timed calls a batch needs before "none of them went over the target" may stand for its p99 meeting it: the
+#: fewest whose slowest call lies above the p99 with 95 % probability (1 - 0.99**n >= 0.95 from n = 299).
+P99_CALLS = 299
 
 
 def _lower_rank(n: int, q: float = 0.99, confidence: float = 0.975) -> int:
@@ -150,7 +151,8 @@ def _lower_rank(n: int, q: float = 0.99, confidence: float = 0.975) -> int:
 
 def p99_against(samples: Sequence[float], target: float) -> str:
     """Whether single-call latencies ``samples`` meet a p99 ``target`` (seconds), as far as they can tell:
-    ``"meets"`` when at least :data:`P99_CALLS` calls were timed and none went over it; ``"misses"`` when even the
+    ``"meets"`` when at least :data:`P99_CALLS` calls were timed and none went over it (then the p99 is under the
+    target with 95 % confidence, as the slowest of 299 calls lies above the p99 that often); ``"misses"`` when the
     lower end of the p99's 95 % interval (order statistics, distribution-free) is above it; otherwise
     ``"undecided"``: more calls would tell. A p99 from a few hundred calls is one of their largest values, so a
     point estimate a hair under the target says little."""

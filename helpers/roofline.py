@@ -566,8 +566,10 @@ def _knee_noise(buffer_bytes: list[int], runs: list[Any], main_memory: float | N
 
 def _effective_cache(rf: Roofline) -> int | None:
     sweep = rf.cache_sweep
-    if not sweep or sweep.get("undecided") or not rf.device.startswith("cpu"):
-        return rf.reported_cache_bytes if rf.device.startswith("cpu") else rf.cache_bytes
+    if not rf.device.startswith("cpu"):
+        return rf.cache_bytes  # a GPU's L2, as the driver reports it
+    if not sweep or sweep.get("undecided"):
+        return None  # not measured, or undecided: unknown (the OS's figure is shown beside it, unverified)
     return sweep.get("fast_up_to") or 0
 
 
@@ -855,7 +857,9 @@ class Roofline:
         machine measured (:func:`cache_knee`): True up to the largest copy that ran faster than main memory, False
         from the first that did not, None in between (it straddles the knee) or where nothing is known."""
         sweep = self.cache_sweep
-        if self.device.startswith("cpu") and sweep and not sweep.get("undecided"):
+        if self.device.startswith("cpu"):
+            if not sweep or sweep.get("undecided"):
+                return None  # no decided knee: nothing is known (the OS's figure of a VM is often the host's)
             fast, slow = sweep.get("fast_up_to"), sweep.get("slow_from")
             if fast and nbytes <= fast:
                 return True
@@ -1226,6 +1230,8 @@ def load_roofline(device: DeviceLike = None) -> Roofline | None:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     rf.origin = "stored"
+    if rf.device.startswith("cpu"):  # the cache a stored sweep decided, or unknown (never the OS's figure)
+        rf.cache_bytes = _effective_cache(rf)
     return rf
 
 
@@ -1339,6 +1345,12 @@ def _merge(old: Roofline, new: Roofline) -> Roofline:
             name in new.noisy,
             higher_is_better=name != "dispatch",
         )
+        sizes = (old.sources.get(name), new.sources.get(name))
+        if all(sizes) and sizes[0] != sizes[1] and math.isfinite(old_value) and math.isfinite(new_value):
+            # two kernels (another size or layout won each run): neither says the machine changed, and a roof is
+            # the best this machine has shown, so the better one stands
+            take = new_value < old_value if name == "dispatch" else new_value > old_value
+            why = f"the two come from different kernels ({sizes[1]} this run, {sizes[0]} stored): the better stands"
         if math.isfinite(new_value) and math.isfinite(old_value):
             unit, scale = {"bandwidth": ("GB/s", 1e9), "dispatch": ("µs", 1e-6)}.get(
                 name, ("GOP/s" if name == "int8" else "GFLOP/s", 1e9)

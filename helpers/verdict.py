@@ -500,6 +500,13 @@ def noise_note(measurements: Sequence[Measurement]) -> str | None:
         if busy is not None
         else "their samples spread widely"
     )
+    sessions = {m.session for m in measurements}
+    if len(sessions) == 1 and None not in sessions and busy is None:  # one time_together session: paired verdicts
+        return (
+            f"⚠ {len(noisy)} of {len(measurements)} rows are noisy ({why}). Their verdicts are paired round by round, "
+            "so drift that hit every row alike cancels and each interval widens with what is left: a verdict that "
+            f"clears the noise stands, and 'within noise' means undecided. For tighter intervals, {_ADVICE}."
+        )
     return (
         f"⚠ {len(noisy)} of {len(measurements)} rows are noisy ({why}): {_ADVICE}; until then, read the "
         "comparisons as uncertain."

@@ -329,3 +329,20 @@ def test_a_bandwidth_changed_after_construction_is_checked_where_it_is_used():
     for call in (rf.ridge_point, lambda: rf.attainable(1.0)):
         with pytest.raises(ValueError, match="positive number"):
             call()
+
+
+def test_a_roof_from_another_kernel_never_lowers_the_stored_one():
+    # quick mode times smaller matmuls than full mode: its lower int8 roof is another kernel's, not a changed machine
+    stored, new = synthetic(), synthetic()
+    stored.peak_flops["int8"], new.peak_flops["int8"] = 1387e9, 692e9
+    stored.sources["int8"], new.sources["int8"] = "matmul 2048×2048", "matmul 1024×1024"
+    stored.spread["int8"] = new.spread["int8"] = 0.02
+    merged = rl._merge(stored, new)
+    assert merged.peak_flops["int8"] == 1387e9 and "different kernels" in merged.choices["int8"]
+    same_kernel = synthetic()
+    same_kernel.peak_flops["int8"], same_kernel.sources["int8"], same_kernel.spread["int8"] = (
+        692e9,
+        "matmul 2048×2048",
+        0.02,
+    )
+    assert "different kernels" not in rl._merge(stored, same_kernel).choices["int8"]  # the usual rule decides
