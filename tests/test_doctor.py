@@ -153,6 +153,7 @@ def test_working_set_counts_weights_input_and_output():
 @pytest.mark.timing
 def test_cache_resident_call_is_judged_against_the_cache_and_doubled_twice(rf):
     cached = roofline.Roofline(rf.device, "test", rf.peak_flops, rf.bandwidth, rf.dispatch_latency, cache_bytes=2**30)
+    cached.cache_sweep = {"fast_up_to": 2**30, "slow_from": 2**31, "gain": 4.0, "undecided": None}  # a decided knee
     mlp = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).eval()
     d = doctor.diagnose(mlp, torch.randn(1, 784), cached)
     assert d.cache_resident and d.memory_roof >= rf.bandwidth and d.working_set_bytes < 2**20
