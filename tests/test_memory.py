@@ -1,3 +1,4 @@
+import mmap
 import os
 
 import pytest
@@ -172,7 +173,11 @@ def test_resident_memory_sees_a_private_allocation():
     before = memory.resident_memory()
     if before is None:
         pytest.skip("no /proc/self/status here")
-    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, written: resident and private
+    # 64 MiB of fresh private anonymous pages (MAP_SHARED would count as shmem), each written. A mapping of its
+    # own, not malloc's: an allocator may hand back pages an earlier test freed and left resident (seen under xdist).
+    block = mmap.mmap(-1, 64 * 2**20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for offset in range(0, len(block), mmap.PAGESIZE):
+        block[offset] = 1
     after = memory.resident_memory()
     assert after["anon"] - before["anon"] >= 48 * 2**20, (before, after)
-    del block
+    block.close()
