@@ -4,9 +4,10 @@ say which regime it is in, with the evidence.
 1. **Batch doubling, twice** (Horace He's test): time the call at batch B, 2B and 4B, together, round by round
    (:func:`helpers.verdict.time_together`), and judge each doubling with paired verdicts (:func:`doubling`):
    *free* (no more time), *shared* (more time, less per item), *proportional* (the same time per item: the work
-   per item is what costs) or *more per item* (a different kernel or thread split at the bigger size). A batch
-   normally costs more per item as the machine fills up; when the doublings break that order, the sentence says
-   so: each is decided beyond the noise of rounds a busy moment would have hit alike, so the change is real.
+   per item is what costs) or *more per item* (a different kernel or thread split at the bigger size). On the
+   line ``time = fixed + per item × batch`` each item a doubling adds costs the same; where the second doubling's
+   items cost more (the machine fills up) or less (a better kernel at that size), beyond the noise of rounds a
+   busy moment would have hit alike, the sentence says so (:func:`reversed_order`).
 2. **Arithmetic intensity against the machine balance**: FLOPs (``torch.utils.flop_counter`` for matmuls
    and convolutions, plus an estimate of one FLOP per output element for every other op) over the bytes
    each op reads and writes in eager mode (every aten op's tensor inputs and outputs; views move nothing),
@@ -137,21 +138,31 @@ def doubling(sizes: Comparison, small: str, big: str) -> str:
     return "more per item" if per_item.slower else "proportional"
 
 
+def _per_item(sizes: Comparison, small: str, big: str) -> str:
+    """Time per item at ``big`` over ``small``, with the paired interval the doubling's label was decided on."""
+    v = sizes.verdict(big, against=small, per_item=True)
+    if not v.paired or math.isnan(v.low):
+        return f"{1 / v.ratio:.2f}× per item"
+    return f"{1 / v.ratio:.2f}× per item, interval {1 / v.high:.2f}–{1 / v.low:.2f}×"
+
+
 def reversed_order(sizes: Comparison, small: str, middle: str, big: str) -> str | None:
-    """Whether the second doubling (``middle`` → ``big``) cost ``"cheaper"`` or ``"dearer"`` per item than the
-    first (``small`` → ``middle``), decided by one paired test on the per-round growths (the same rounds, so drift
-    cancels), with the verdict's margin; None when the two are within noise of each other."""
+    """Whether each item the second doubling added (``middle`` → ``big``) cost ``"dearer"`` or ``"cheaper"`` than each
+    item the first added (``small`` → ``middle``), against the line ``time = fixed + per item × batch``. On that line
+    ``(t(4B) + 2·t(B)) / (3·t(2B))`` is exactly 1 whatever the fixed cost (the second doubling adds twice the first's
+    items, so twice its time), even though the second doubling's *growth* is always the larger; above 1 the added
+    items cost more (the machine fills up), below 1 less. Decided by one paired test on the per-round values (the
+    same rounds, so drift cancels), with the verdict's margin; None when the line fits within the noise."""
     from .verdict import MARGIN
 
     t1, t2, t4 = (np.asarray(sizes[label].samples) for label in (small, middle, big))
-    first, second = t2 / t1, t4 / t2  # each round's growth at each doubling
-    ratio, low, high = paired_interval(first / second)  # above 1: the second doubling grew less
+    ratio, low, high = paired_interval((t4 + 2 * t1) / (3 * t2))  # 1 on the line of a fixed cost plus a cost per item
     if math.isnan(low):
         return None
     if low > 1 and ratio >= 1 + MARGIN:
-        return "cheaper"
-    if high < 1 and ratio <= 1 / (1 + MARGIN):
         return "dearer"
+    if high < 1 and ratio <= 1 / (1 + MARGIN):
+        return "cheaper"
     return None
 
 
@@ -309,26 +320,30 @@ def diagnose(
     explained = work_time / t1.median
 
     reasons = [
-        f"Doubling the batch took {growth:.2f}× the time ({DOUBLING_WORDS[first]}), and doubling it again "
-        f"{growth2:.2f}× ({DOUBLING_WORDS[second]}); the three sizes were timed together, round by round."
+        f"Doubling the batch took {growth:.2f}× the time ({_per_item(sizes, labels[batch], labels[2 * batch])}: "
+        f"{DOUBLING_WORDS[first]}), and doubling it again {growth2:.2f}× "
+        f"({_per_item(sizes, labels[2 * batch], labels[4 * batch])}: {DOUBLING_WORDS[second]}); the three sizes "
+        "were timed together, round by round."
     ]
     order = reversed_order(sizes, *(labels[b] for b in inputs))
-    if order == "cheaper":  # the bigger doubling cost less per item than the smaller one, beyond the noise
+    if order == "cheaper":  # each item the second doubling added cost less than each the first added
         reasons.append(
-            "The two doublings do not follow the usual order (a batch costs more per item as the machine fills "
-            "up, never less). Each was judged against the noise of its own rounds, and a busy moment would have hit "
-            "all three sizes alike, so this is a change between these sizes: the library switching kernels or "
-            "splitting threads differently (notebook 08 profiles one). Read each batch size's regime on its own."
+            "Each item the second doubling added cost less than each the first added, beyond the noise (a fixed "
+            "cost plus a cost per item would make them equal): the bigger batch used the machine better, through "
+            "a kernel or a thread split this library picks only at that size (notebook 08 profiles one). Read each "
+            "batch size's regime on its own."
         )
     elif order == "dearer":
         reasons.append(
-            "The second doubling cost more per item than the first: the machine fills up between these sizes."
+            "Each item the second doubling added cost more than each the first added, beyond the noise (a fixed "
+            "cost plus a cost per item would make them equal): the machine fills up between these sizes (its cores, "
+            "caches or memory bandwidth), or the library switches kernels there."
         )
     amortised = first in ("free", "shared") and second in ("free", "shared")  # fixed costs shared by the batch
     # time = fixed + per-item × batch: the first doubling adds one batch's per-item part, so the fixed part of the
     # call at this batch is 2 - growth of its time (1 when doubling is free, 0 when the time doubles)
-    # (a reversed order of the doublings fits no such line: no fixed share is read from it)
-    fixed_share = None if order == "cheaper" else min(1.0, max(0.0, 2.0 - growth))
+    # (doublings off that line, either way, fit no such line: no fixed share is read from them)
+    fixed_share = None if order else min(1.0, max(0.0, 2.0 - growth))
     flat = first == "free" and second == "free"  # a bigger batch costs nothing more
     grows = first in ("proportional", "more per item") and second in ("proportional", "more per item")
     knee = "the knee of its bandwidth sweep" if rf.cache_sweep else "as the OS reports it"
@@ -447,7 +462,11 @@ def diagnose(
         reasons.append(
             f"But the work at the roofs would take only {explained:.0%} of the time, and "
             + (
-                f"the doublings put only {fixed_share:.0%} of it in a fixed cost per call"
+                (
+                    f"the doublings put only {fixed_share:.0%} of it in a fixed cost per call"
+                    if round(fixed_share, 2)
+                    else "the doublings put none of it in a fixed cost per call"
+                )
                 if fixed_share is not None
                 else "the doublings fit no one line of a fixed cost plus a cost per item"
             )

@@ -1210,6 +1210,39 @@ def reconsider_bandwidth(rf: Roofline, bandwidth: float, measurement: Measuremen
     )
 
 
+def reconsider_compute(
+    rf: Roofline, dtype: str, flops_per_s: float, measurement: Measurement, store: bool = True
+) -> str:
+    """Another kernel, in this run, that reached ``flops_per_s`` in ``dtype`` (from its fastest sample, as a roof
+    is): the compute roof is the best this machine has shown, so the higher of the two stands, as in
+    :func:`reconsider_bandwidth`. When it is the new one, ``rf`` is updated in place and stored unless
+    ``store=False``. Returns one sentence saying which value stands and why."""
+    check_instance("rf", rf, Roofline, hint="pass the roofline, e.g. roofline.get_roofline(device)")
+    check_number("flops_per_s", flops_per_s, positive=True, hint="pass FLOP/s, e.g. flops / m.min")
+    check_instance("measurement", measurement, Measurement, hint="pass the kernel's Measurement")
+    if dtype not in rf.peak_flops:
+        raise ValueError(f"no {dtype} compute roof to reconsider: pass one of {sorted(rf.peak_flops)}.")
+    before = rf.peak_flops[dtype]
+    if math.isfinite(before) and flops_per_s <= before:
+        return (
+            f"{dtype} compute roof: {before / 1e9:,.1f} GFLOP/s stands; {measurement.label} reached "
+            f"{flops_per_s / 1e9:,.1f} GFLOP/s (the roof is the best this machine has shown)"
+        )
+    rf.peak_flops[dtype] = flops_per_s
+    rf.spread[dtype] = measurement.iqr / measurement.median if measurement.median else math.inf
+    noisy = measurement.noisy or measurement.busy
+    rf.noisy = sorted({*rf.noisy} - {dtype} | ({dtype} if noisy else set()))
+    rf.sources[dtype] = measurement.label
+    rf.choices[dtype] = f"raised by {measurement.label}, the best this machine has shown"
+    if store:
+        save_roofline(rf)
+    return (
+        f"{dtype} compute roof: raised from {before / 1e9:,.1f} to {flops_per_s / 1e9:,.1f} GFLOP/s by "
+        f"{measurement.label} (the roof is the best this machine has shown)"
+        + ("; stored for later notebooks" if store else "")
+    )
+
+
 def save_roofline(rf: Roofline) -> Path:
     """Store ``rf`` for later notebooks (atomically: a reader never sees half a file)."""
     check_instance("rf", rf, Roofline, hint="pass a measured roofline (roofline.measure_roofline)")

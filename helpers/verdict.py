@@ -150,16 +150,21 @@ class Verdict:
                 f"{self.candidate} and {self.baseline} take the same time within ±{self.margin:.0%}{self._how()}: "
                 f"a {self.ratio:.2f}× speed-up, {self.interval}."
             )
-        if self.unit == "run" and (self.low > 1 or self.high < 1):  # off 1, but not clear of the ±margin band
+        if self._off_one:  # off 1, but not clear of the ±margin band
             return (
                 f"{self.candidate} against {self.baseline} is undecided{self._how()}: a {self.ratio:.2f}× speed-up "
-                f"whose {self.interval} excludes 1 but reaches the ±{self.margin:.0%} band a run-level verdict must "
-                "clear: more runs would decide it."
+                f"whose {self.interval} excludes 1 but reaches into the ±{self.margin:.0%} band a verdict must "
+                f"clear: more {self.unit}s would decide it."
             )
         return (
             f"{self.candidate} and {self.baseline} are within noise of each other{self._how()}: a {self.ratio:.2f}× "
-            f"speed-up with a {self.interval} that includes 1 or stays within ±{self.margin:.0%}."
+            f"speed-up with a {self.interval} that includes 1."
         )
+
+    @property
+    def _off_one(self) -> bool:
+        """Within noise, yet the interval excludes 1: a difference too small to clear the ±margin band."""
+        return self.outcome == "within noise" and not self.equivalent and (self.low > 1 or self.high < 1)
 
     def short(self) -> str:
         """A table cell: ``'1.83× faster'``, ``'1.25× slower'``, ``'within noise'``, ``'same within ±3%'``,
@@ -170,7 +175,7 @@ class Verdict:
             return f"{1 / self.ratio:.2f}× slower"
         if self.equivalent:
             return f"same within ±{self.margin:.0%}"
-        if self.unit == "run" and self.outcome == "within noise" and (self.low > 1 or self.high < 1):
+        if self._off_one:
             return f"undecided (near the ±{self.margin:.0%} band)"
         return self.outcome
 
@@ -181,7 +186,7 @@ class Verdict:
             return f"{self.short()} than {self.baseline}"
         if self.equivalent:
             return f"the same time as {self.baseline} within ±{self.margin:.0%}"
-        if self.outcome == "within noise" and self.unit == "run" and (self.low > 1 or self.high < 1):
+        if self._off_one:
             return (
                 f"undecided against {self.baseline} (its interval excludes 1 but reaches the ±{self.margin:.0%} band)"
             )

@@ -245,16 +245,17 @@ def test_flop_counts_match_flopcountermode_and_an_analytic_count():
     assert not opcount.count_ops(lambda t: lstm(t)[0], torch.randn(5, 2, 32)).flops_complete
 
 
-def test_a_reversal_is_claimed_only_when_one_paired_test_finds_it():
-    # growth 1.68 then 1.78 (the quick copy's MLP): the usual order within noise, never a reversal
-    assert doctor.reversed_order(_sizes({1: 1.0, 2: 1.68, 4: 2.99}, jitter=0.05), "batch 1", "batch 2", "batch 4") in (
-        None,
-        "dearer",
-    )
-    cheaper = _sizes({1: 1.0, 2: 2.0, 4: 2.4})  # the second doubling cost far less per item: a kernel switch
-    assert doctor.reversed_order(cheaper, "batch 1", "batch 2", "batch 4") == "cheaper"
+def test_added_items_dearer_or_cheaper_only_off_the_line_of_a_fixed_cost_plus_a_cost_per_item():
+    on_line = _sizes({1: 1.0, 2: 1.5, 4: 2.5})  # 0.5 fixed + 0.5 per item: growth 1.5 then 1.67, the line itself
+    assert doctor.reversed_order(on_line, "batch 1", "batch 2", "batch 4") is None
+    fixed_only = _sizes({1: 1.0, 2: 1.0, 4: 1.0})
+    assert doctor.reversed_order(fixed_only, "batch 1", "batch 2", "batch 4") is None
     same = _sizes({1: 1.0, 2: 2.0, 4: 4.0})
     assert doctor.reversed_order(same, "batch 1", "batch 2", "batch 4") is None
+    fills_up = _sizes({1: 1.0, 2: 1.2, 4: 2.4})  # 0.2 added by the first doubling, 1.2 by the second: 3× per item
+    assert doctor.reversed_order(fills_up, "batch 1", "batch 2", "batch 4") == "dearer"
+    cheaper = _sizes({1: 1.0, 2: 2.0, 4: 2.4})  # the second doubling's items cost far less: a kernel switch
+    assert doctor.reversed_order(cheaper, "batch 1", "batch 2", "batch 4") == "cheaper"
 
 
 def test_compute_advice_names_only_formats_measured_faster_here(rf):

@@ -310,6 +310,16 @@ def test_a_second_measurement_of_the_memory_roof_in_one_run_raises_it_or_leaves_
         rl.reconsider_bandwidth(rf, 13e9, "copy", store=False)
 
 
+def test_a_faster_kernel_in_the_same_run_raises_the_compute_roof_or_leaves_it():
+    rf = synthetic()
+    mm = Measurement.from_samples([1.0, 1.01, 0.99, 1.0, 1.02, 0.98], label="matmul 256² fp32")
+    line = rl.reconsider_compute(rf, "fp32", 150e9, mm, store=False)
+    assert rf.peak_flops["fp32"] == 150e9 and "raised from 100.0 to 150.0" in line and rf.sources["fp32"] == mm.label
+    assert "stands" in rl.reconsider_compute(rf, "fp32", 120e9, mm, store=False) and rf.peak_flops["fp32"] == 150e9
+    with pytest.raises(ValueError, match="no fp8 compute roof"):
+        rl.reconsider_compute(rf, "fp8", 1e12, mm, store=False)
+
+
 def test_compute_roofs_are_capped_at_a_known_gpus_datasheet():
     sheet = rl.datasheet("cuda-nvidia-h200")
     assert sheet["fp32"] == 67e12 and sheet["bandwidth"] == 4.8e12

@@ -11,6 +11,7 @@ from helpers.timing import MIN_ROUNDS, MIN_SAMPLES, Measurement, interleaved, ne
 from helpers.verdict import (
     MARGIN,
     Comparison,
+    Verdict,
     independent_interval,
     paired_interval,
     time_together,
@@ -155,6 +156,16 @@ def test_the_margin_keeps_a_tiny_certain_difference_within_noise():
     assert v.outcome == "within noise" and v.low > 1 and v.ratio < 1 + MARGIN
     assert v.equivalent and "same time within ±3%" in v.sentence() and v.short() == "same within ±3%"
     assert verdict(a, b, margin=0).faster  # without the margin it is decided
+
+
+def test_an_interval_off_1_that_reaches_the_margin_is_undecided_not_the_same():
+    # 1.01-1.06x: excludes 1, so not "includes 1"; reaches past 1.03, so not "same within 3 %"; not clear of it
+    v = Verdict("a", "b", "within noise", 1.03, 1.01, 1.06, 0.95, paired=True, n=(20, 20), min_samples=10)
+    assert not v.equivalent and not v.decided and "includes 1" not in v.sentence()
+    assert "undecided" in v.sentence() and "more rounds" in v.sentence() and v.short().startswith("undecided")
+    assert "undecided against b" in v.phrase()
+    inside = Verdict("a", "b", "within noise", 1.01, 0.98, 1.05, 0.95, paired=True, n=(20, 20), min_samples=10)
+    assert "includes 1" in inside.sentence() and inside.short() == "within noise"
 
 
 def test_too_few_samples():
