@@ -119,7 +119,9 @@ class Diagnosis:
 
     def explain(self) -> str:
         name = {"inefficient": "inefficient kernels", "undetermined": "undetermined", "busy": "undecided (busy)"}
-        head = f"batch {self.batch}: {name.get(self.regime, self.regime + '-bound')}."
+        head = f"batch {self.batch}: {name.get(self.regime, self.regime + '-bound')}"
+        fraction = {"compute": self.fraction_of_compute_roof, "memory": self.fraction_of_memory_roof}.get(self.regime)
+        head += f", at {fraction:.0%} of the {self.regime} roof." if fraction is not None else "."
         return head + "".join(f"\n  · {reason}" for reason in self.reasons)  # one line per piece of evidence
 
 
