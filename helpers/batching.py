@@ -149,17 +149,47 @@ def _lower_rank(n: int, q: float = 0.99, confidence: float = 0.975) -> int:
     return 1
 
 
+def allowed_over(n: int, q: float = 0.99, confidence: float = 0.95) -> int | None:
+    """How many of ``n`` timed calls may exceed a latency target while their q-quantile still lies below it with
+    ``confidence``: the largest k with P(Binomial(n, 1 - q) <= k) <= 1 - confidence (the k + 1 calls over the
+    quantile that this many calls would show that often). None when even k = 0 is too many: under 299 calls for
+    the p99 (0.99**299 < 0.05 <= 0.99**298). 473 calls allow one over, 628 two."""
+    p = 1 - q
+    log_p, log_q = math.log(p), math.log(q)
+    below, k = 0.0, -1  # P(Binomial(n, p) <= k), accumulated upwards
+    while k + 1 <= n:
+        j = k + 1
+        below += math.exp(
+            math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * log_p + (n - j) * log_q
+        )
+        if below > 1 - confidence:
+            break
+        k = j
+    return None if k < 0 else k
+
+
+def calls_to_meet(over: int) -> int:
+    """The fewest timed calls for which ``over`` calls above the target still let the p99 meet it
+    (:func:`allowed_over`): 299 for none, 473 for one, 628 for two."""
+    check_int("over", over, 0, hint="pass how many timed calls went over the target")
+    n = P99_CALLS
+    while (allowed_over(n) or 0) < over or allowed_over(n) is None:
+        n += 1
+    return n
+
+
 def p99_against(samples: Sequence[float], target: float) -> str:
     """Whether single-call latencies ``samples`` meet a p99 ``target`` (seconds), as far as they can tell:
-    ``"meets"`` when at least :data:`P99_CALLS` calls were timed and none went over it (then the p99 is under the
-    target with 95 % confidence, as the slowest of 299 calls lies above the p99 that often); ``"misses"`` when the
-    lower end of the p99's 95 % interval (order statistics, distribution-free) is above it; otherwise
-    ``"undecided"``: more calls would tell. A p99 from a few hundred calls is one of their largest values, so a
+    ``"meets"`` when the p99 lies under the target with 95 % confidence (order statistics, distribution-free: of
+    299 calls none may go over it, of 473 one, of 628 two; :func:`allowed_over`); ``"misses"`` when the lower end
+    of the p99's 95 % interval is above it; otherwise ``"undecided"``: more calls would tell
+    (:func:`calls_to_meet` says how many). A p99 from a few hundred calls is one of their largest values, so a
     point estimate a hair under the target says little."""
     check_numbers("samples", samples, hint="pass the single-call latencies in seconds, e.g. m.samples")
     check_number("target", target, positive=True, hint="pass the p99 target in seconds, e.g. 0.005")
     xs = sorted(samples)
-    if len(xs) >= P99_CALLS and xs[-1] <= target:
+    allowed = allowed_over(len(xs))
+    if allowed is not None and sum(x > target for x in xs) <= allowed:
         return "meets"
     if xs[_lower_rank(len(xs)) - 1] > target:
         return "misses"

@@ -53,7 +53,7 @@ from .device import DeviceLike, choose_device
 from .memory import peak_allocated_bytes
 from .modes import pick
 from .opcount import OpCount, count_ops
-from .roofline import Roofline, memory_bandwidth
+from .roofline import CACHE_GAIN, Roofline, memory_bandwidth
 from .timing import Measurement
 from .verdict import Comparison, busy_reason, paired_interval, settle, time_together
 
@@ -307,10 +307,17 @@ def diagnose(
     convolutions = any("conv" in op for op in counts.by_op)  # int8 advice differs for a convolution network
     ws = working_set_bytes(model, example, peak=peak_allocated_bytes(lambda: call(example), dev))
     cache = rf.cache_bytes or 0
-    cache_resident = rf.fits_in_cache(ws) is True  # by the knee this machine measured (None: straddles it)
+    fits = rf.fits_in_cache(ws)  # by the knee this machine measured (None: straddles it, or no knee decided)
     bandwidth = rf._bandwidth()  # checked again here: a field can be changed after the roofline was built
-    if cache_resident:  # the roof that applies is the cache's: measure a copy of the working set's size
+    measured_here = False
+    if fits is not False and dev.type == "cpu":  # in cache, or unknown: a copy of the working set's size decides
+        copy_bw = memory_bandwidth(dev, nbytes=max(ws // 2, 2**20), repeats=pick(5, 9))[0]
+        measured_here = fits is None and copy_bw >= CACHE_GAIN * rf.bandwidth  # ran as the sweep's cached sizes did
+        fits = True if measured_here else fits
+        bandwidth = max(rf.bandwidth, copy_bw) if fits else bandwidth
+    elif fits:
         bandwidth = max(rf.bandwidth, memory_bandwidth(dev, nbytes=max(ws // 2, 2**20), repeats=pick(5, 9))[0])
+    cache_resident = fits is True
     if dev.type == "cuda":
         overhead_share, source = 1.0 - min(1.0, _device_busy_seconds(call, example) / t1.median), "profiler"
     else:
@@ -351,9 +358,16 @@ def diagnose(
     knee = "the knee of its bandwidth sweep" if rf.cache_sweep else "as the OS reports it"
     where = (
         f"Its working set ({ws / 2**20:.2f} MiB: weights, input, and the activations and output it holds at once) "
-        f"fits in the {cache / 2**20:.0f} MiB "
-        f"this machine's caches served faster than main memory ({knee}), so the memory roof that applies is the "
-        f"cache's, {bandwidth / 1e9:.0f} GB/s (a copy of that size), not main memory's {rf.bandwidth / 1e9:.0f} GB/s. "
+        + (
+            f"was copied here {CACHE_GAIN:.1f}× faster or more than main memory (this machine's cache sweep was "
+            "undecided, so a copy of its size decided): it is served from cache, and the memory roof that applies "
+            "is the "
+            if measured_here
+            else f"fits in the {cache / 2**20:.0f} MiB this machine's caches served faster than main memory ({knee}), "
+            "so the memory roof that applies is the "
+        )
+        + f"cache's, {bandwidth / 1e9:.0f} GB/s (a copy of that size), "
+        f"not main memory's {rf.bandwidth / 1e9:.0f} GB/s. "
         if cache_resident
         else ""
     )

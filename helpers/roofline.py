@@ -828,9 +828,14 @@ class Roofline:
             else:
                 why = (
                     "the memory roof is a large copy (it counts one read and one write per byte copied"
-                    + ("; a CPU's write-allocate really moves a third more" if cpu else "")
-                    + f"), so a read-heavy kernel can stream faster; and data reused from the {cache} moves "
-                    "fewer bytes than counted"
+                    + (
+                        "; a CPU's write-allocate also reads each line it writes, so a copy really moves half again "
+                        "what it counts and an add, with two reads per write, a third more: an add can reach about "
+                        "1.1× the copy's counted rate"
+                        if cpu
+                        else ""
+                    )
+                    + "), so a read-heavy kernel can stream faster than the copy that set the roof"
                 )
         else:
             source = self.sources.get(dtype) or (f"matmul {self.sizes[dtype]}²" if dtype in self.sizes else None)
@@ -850,16 +855,20 @@ class Roofline:
             placed["bound"] == "compute" and dtype in self.noisy
         ):
             why += "; the roof's own measurement was noisy"
-        return f"{pct} of the {placed['bound']} roof is drawn at 100 %: {why}."
+        return f"at {pct} of its {placed['bound']} roof (drawn at 100 % on the plot): {why}."
 
     def fits_in_cache(self, nbytes: float) -> bool | None:
         """Whether a working set of ``nbytes`` is served by the last cache before main memory, by the knee this
         machine measured (:func:`cache_knee`): True up to the largest copy that ran faster than main memory, False
-        from the first that did not, None in between (it straddles the knee) or where nothing is known."""
+        from the first that did not, None in between (it straddles the knee). Without a decided knee: False beyond
+        the cache the OS reports (an upper bound), None below it."""
         sweep = self.cache_sweep
         if self.device.startswith("cpu"):
             if not sweep or sweep.get("undecided"):
-                return None  # no decided knee: nothing is known (the OS's figure of a VM is often the host's)
+                # no decided knee: only the OS's figure is known, and it is an upper bound (a VM's is often the
+                # host's whole cache): beyond it, not in cache; below it, unknown
+                reported = self.reported_cache_bytes
+                return False if reported and nbytes > reported else None
             fast, slow = sweep.get("fast_up_to"), sweep.get("slow_from")
             if fast and nbytes <= fast:
                 return True

@@ -36,7 +36,11 @@ def rf(one_thread) -> roofline.Roofline:
     _, mm = roofline.matmul_flops("fp32", "cpu", n=512, repeats=7)
     _, copy = roofline.memory_bandwidth("cpu", nbytes=64 * 2**20, repeats=5)
     latency, _ = roofline.dispatch_latency("cpu", repeats=5)
-    return roofline.Roofline("cpu", "test", {"fp32": 2 * 512**3 / mm.median}, 2 * 64 * 2**20 / copy.median, latency)
+    rf = roofline.Roofline("cpu", "test", {"fp32": 2 * 512**3 / mm.median}, 2 * 64 * 2**20 / copy.median, latency)
+    # a decided knee at 1 MiB: the cases below (MiB-sized working sets) are judged against main memory, whatever
+    # this machine's real caches are (a working set under 1 MiB is judged against a copy of its size)
+    rf.cache_sweep = {"fast_up_to": 2**20, "slow_from": 2**21, "gain": 2.0, "undecided": None}
+    return rf
 
 
 def settled(fn, x, rf, attempts=3, **kwargs):
@@ -159,7 +163,13 @@ def test_cache_resident_call_is_judged_against_the_cache_and_doubled_twice(rf):
     assert d.cache_resident and d.memory_roof >= rf.bandwidth and d.working_set_bytes < 2**20
     assert d.time_quadrupled.items == 4 and d.growth_again > 0
     assert "fits in the" in d.explain() and "and ×2 again" in d.row()
-    assert not doctor.diagnose(mlp, torch.randn(1, 784), rf).cache_resident  # no cache size known: DRAM roof
+    tiny = roofline.Roofline(rf.device, "test", rf.peak_flops, rf.bandwidth, rf.dispatch_latency)
+    tiny.cache_sweep = {"fast_up_to": None, "slow_from": 2**16, "gain": 1.0, "undecided": None}  # no cache effect
+    assert not doctor.diagnose(mlp, torch.randn(1, 784), tiny).cache_resident  # judged against main memory
+    unknown = roofline.Roofline(rf.device, "test", rf.peak_flops, rf.bandwidth, rf.dispatch_latency)
+    unknown.cache_sweep = {"undecided": "busy"}  # no knee decided: a copy of the working set's size decides
+    d = doctor.diagnose(mlp, torch.randn(1, 784), unknown)
+    assert d.cache_resident == ("was copied here" in d.explain())  # and it says it measured it
 
 
 def test_python_reads_counts_reads_a_cpu_tensor_needs_no_copy_for():

@@ -91,6 +91,7 @@ def test_the_cache_is_the_knee_of_the_sweep_not_the_vms_figure():
     undecided = roof(sweep={**knee, "undecided": "busy"}, reported=260 * mib)
     assert undecided.cache_bytes is None and "undecided" in undecided.cache_line()  # never the OS figure
     assert undecided.fits_in_cache(50 * mib) is None
+    assert undecided.fits_in_cache(1024 * mib) is False  # beyond what the OS reports: an upper bound
 
 
 def test_a_disturbed_sweep_does_not_move_the_stored_cache():
