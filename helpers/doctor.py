@@ -168,9 +168,17 @@ def reversed_order(sizes: Comparison, small: str, middle: str, big: str) -> str 
     return None
 
 
-def fewer_bytes(rf: Roofline) -> str:
+def fewer_bytes(rf: Roofline, weight_share: float = 0.0) -> str:
     """The advice for a memory-bound call, from what this machine measured: fusion always moves fewer bytes; a
-    narrower dtype does too, but it pays only where its kernels are not slower than the bytes it saves."""
+    narrower dtype does too, but it pays only where its kernels are not slower than the bytes it saves.
+    ``weight_share``: the model's weights over the bytes a call moves; above half, the bytes are its weights,
+    which fusion cannot shrink."""
+    if weight_share > 0.5:
+        return (
+            f"Its bytes are mostly its weights ({weight_share:.0%} of what a call moves), which fusion cannot "
+            "shrink: store them in fewer bits (weight-only int8 or int4, notebook 02) where those kernels pay "
+            "here, or serve more inputs per weight read (a bigger batch, notebook 03)."
+        )
     bf16 = rf.speed("bf16", "matmul")
     if rf.pays("bf16"):
         return "Move fewer bytes: fuse ops, or store bf16 (half the bytes; its kernels measured faster than fp32 here)."
@@ -306,12 +314,18 @@ def diagnose(
     counts = count_ops(call, example)  # as timed: under inference_mode, where fast paths (fused kernels) run
     convolutions = any("conv" in op for op in counts.by_op)  # int8 advice differs for a convolution network
     ws = working_set_bytes(model, example, peak=peak_allocated_bytes(lambda: call(example), dev))
+    weights = (  # its parameters and buffers: bytes fusion cannot shrink
+        sum(_tensor_bytes(t) for t in (*model.parameters(), *model.buffers()))
+        if isinstance(model, torch.nn.Module)
+        else 0
+    )
+    weight_share = weights / counts.bytes if counts.bytes else 0.0
     cache = rf.cache_bytes or 0
     fits = rf.fits_in_cache(ws)  # by the knee this machine measured (None: straddles it, or no knee decided)
     bandwidth = rf._bandwidth()  # checked again here: a field can be changed after the roofline was built
     measured_here = False
     if fits is not False and dev.type == "cpu":  # in cache, or unknown: a copy of the working set's size decides
-        copy_bw = memory_bandwidth(dev, nbytes=max(ws // 2, 2**20), repeats=pick(5, 9))[0]
+        copy_bw = memory_bandwidth(dev, nbytes=max(ws // 2, 2**20), repeats=pick(15, 31))[0]  # its best sample
         measured_here = fits is None and copy_bw >= CACHE_GAIN * rf.bandwidth  # ran as the sweep's cached sizes did
         fits = True if measured_here else fits
         bandwidth = max(rf.bandwidth, copy_bw) if fits else bandwidth
@@ -359,9 +373,14 @@ def diagnose(
     where = (
         f"Its working set ({ws / 2**20:.2f} MiB: weights, input, and the activations and output it holds at once) "
         + (
-            f"was copied here {CACHE_GAIN:.1f}× faster or more than main memory (this machine's cache sweep was "
-            "undecided, so a copy of its size decided): it is served from cache, and the memory roof that applies "
-            "is the "
+            f"was copied here {CACHE_GAIN:.1f}× faster or more than main memory ("
+            + (
+                "this machine's cache sweep was undecided"
+                if not rf.cache_sweep or rf.cache_sweep.get("undecided")
+                else "it lies between the largest copy this machine's sweep found cached and the smallest it found "
+                "in main memory"
+            )
+            + ", so a copy of its size decided): it is served from cache, and the memory roof that applies is the "
             if measured_here
             else f"fits in the {cache / 2**20:.0f} MiB this machine's caches served faster than main memory ({knee}), "
             "so the memory roof that applies is the "
@@ -447,7 +466,7 @@ def diagnose(
                 else rf.place(counts.flops, counts.bytes, t1.median, dtype)["explanation"]
             )  # never above 100 % as an achievement
             + " "
-            + fewer_bytes(rf)
+            + fewer_bytes(rf, weight_share)
         )
     else:
         regime = "compute"
@@ -493,7 +512,7 @@ def diagnose(
         regime = "inefficient"
     elif regime == "memory" and counts.flops_complete and explained < EXPLAINED_MIN and cache_resident:
         # everything it touches sits in cache, yet it is far from the cache's roof: not the bytes, the kernels
-        reasons[-1] = reasons[-1].replace(fewer_bytes(rf), "").rstrip()
+        reasons[-1] = reasons[-1].replace(fewer_bytes(rf, weight_share), "").rstrip()
         reasons.append(
             f"But the work at the roofs would take only {explained:.0%} of the time, with its whole working set in "
             "cache: the bytes are not what it waits for. The kernels are slow for these shapes (small work, or a "

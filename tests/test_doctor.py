@@ -268,6 +268,11 @@ def test_added_items_dearer_or_cheaper_only_off_the_line_of_a_fixed_cost_plus_a_
     assert doctor.reversed_order(cheaper, "batch 1", "batch 2", "batch 4") == "cheaper"
 
 
+def test_bytes_that_are_mostly_weights_get_weight_advice_not_fusion(rf):
+    assert "weight-only int8" in doctor.fewer_bytes(rf, 0.9) and "fuse ops" not in doctor.fewer_bytes(rf, 0.9)
+    assert "fuse ops" in doctor.fewer_bytes(rf, 0.1)
+
+
 def test_compute_advice_names_only_formats_measured_faster_here(rf):
     slow = roofline.Roofline("cpu", "t", dict(rf.peak_flops), rf.bandwidth, rf.dispatch_latency)
     entry = {"outcome": "slower", "ratio": 0.55, "low": 0.5, "high": 0.6, "how": "interleaved with fp32"}
