@@ -73,12 +73,12 @@ hub: setup
 
 # Lint, and the layout ruff format gives (notebooks are linted, not reformatted: pyproject.toml says why).
 lint: setup
-	$(BIN)/ruff check helpers tests scripts notebooks hub website
-	$(BIN)/ruff format --check helpers tests scripts notebooks hub website
+	$(BIN)/ruff check conftest.py helpers tests scripts notebooks hub website
+	$(BIN)/ruff format --check conftest.py helpers tests scripts notebooks hub website
 
 # Apply the layout `make lint` checks.
 format: setup
-	$(BIN)/ruff format helpers tests scripts notebooks hub website
+	$(BIN)/ruff format conftest.py helpers tests scripts notebooks hub website
 
 # Their compile caches and records go to outputs/test too, not into the cache and results `make lab` uses. On
 # every usable core (pytest-xdist, at most 4 workers; a CPU quota counts): a test often waits on a subprocess, a
@@ -88,10 +88,13 @@ test-helpers: setup
 		-n $$($(BIN)/python -c 'from helpers.device import usable_cpus; print(min(4, usable_cpus()))') \
 		-m "not notebook and not site" tests
 
-# Every notebook in a Jupyter kernel through scripts/execute.py (papermill), then its stderr held to the
-# allow-list; records, compile caches and the executed copies (outputs/test/executed) go to outputs/test.
+# Every notebook in quick mode in a Jupyter kernel through nbmake (at most NB_TIMEOUT seconds a cell), with the
+# course's checks on what it executed (conftest.py: stderr held to the allow-list, figures shown, no engine left);
+# records, compile caches and the executed copies (outputs/test/executed) go to outputs/test.
+NB_TIMEOUT ?= 300
 test-notebooks: setup
-	COURSE_MODE=quick COURSE_OUTPUTS=$(CURDIR)/outputs/test $(BIN)/python -m pytest --durations=0 -m notebook tests/test_notebook_runs.py
+	COURSE_MODE=quick COURSE_OUTPUTS=$(CURDIR)/outputs/test $(BIN)/python -m pytest --nbmake \
+		--nbmake-timeout=$(NB_TIMEOUT) --durations=0 notebooks
 
 # The course website from the executed copies test-notebooks left in outputs/test/executed, checked in headless
 # Chromium (tests/test_site.py): the landing page, two notebook pages and their plots, the offline search.

@@ -1,10 +1,12 @@
 """The course's one notebook executor: papermill, in a Jupyter kernel, as a learner runs a notebook.
 
-Used by ``make test-notebooks`` (tests/test_notebook_runs.py), ``scripts/full_run.py`` (reference runs, the GPU
+Used by ``scripts/full_run.py`` (reference runs, the GPU
 one included) and ``scripts/run_notebook.py``. :func:`execute` runs one notebook top to bottom and writes the
 executed copy atomically (papermill saves it after every cell to a temporary file beside the destination, so a
-run cut short still leaves what ran there); :func:`stderr_lines` lists what the cells wrote to stderr, which the
-tests hold to the allow-list of ``helpers.noise``.
+run cut short still leaves what ran there). ``make test-notebooks`` executes with nbmake instead (conftest.py at
+the root), and checks what it executed with the functions at the end: :func:`stderr_lines` lists what the cells
+wrote to stderr, which the tests hold to the allow-list of ``helpers.noise``; :func:`figures_missing` and
+:func:`engine_processes` find a figure never shown and a serving engine left running.
 """
 
 from __future__ import annotations
@@ -115,3 +117,30 @@ def stderr_lines(nb: object) -> list[tuple[int, str]]:
             if output.get("output_type") == "stream" and output.get("name") == "stderr":
                 lines += [(index, line) for line in output.get("text", "").splitlines() if line.strip()]
     return lines
+
+
+def figures_missing(notebook: object) -> list[int]:
+    """Code cells that draw a figure unconditionally (a top-level line calling ``plotting.`` or making
+    ``fig, …``) but show no image: a figure created and never displayed (it happened once, when a style context
+    switched Jupyter's interactive mode off after the first figure)."""
+    missing = []
+    for i, cell in enumerate(notebook.cells):
+        if cell.cell_type != "code":
+            continue
+        draws = any(line.startswith(("plotting.", "fig, ", "fig = ")) for line in cell.source.splitlines())
+        shown = any("image/png" in out.get("data", {}) for out in cell.get("outputs", []))
+        if draws and not shown:
+            missing.append(i)
+    return missing
+
+
+def engine_processes(since: float) -> list[str]:
+    """Processes of a serving engine (Ray: its scheduler, control store, workers, agents) started since then."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["name", "create_time"]):
+        name = p.info["name"] or ""
+        if p.info["create_time"] >= since and (name in ("raylet", "gcs_server") or name.startswith("ray::")):
+            found.append(f"{name} ({p.pid})")
+    return found

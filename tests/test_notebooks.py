@@ -1,6 +1,6 @@
 """Committed notebooks are stripped of outputs and follow the course skeleton (section 4, "Notebook skeleton",
 of the design notes the course was built from).
-Executing them is tests/test_notebook_runs.py (make test-notebooks)."""
+Executing them is nbmake (make test-notebooks), with the checks of conftest.py at the root."""
 
 import shutil
 import subprocess
