@@ -90,11 +90,15 @@ test-helpers: setup
 
 # Every notebook in quick mode in a Jupyter kernel through nbmake (at most NB_TIMEOUT seconds a cell), with the
 # course's checks on what it executed (conftest.py: stderr held to the allow-list, figures shown, no engine left);
-# records, compile caches and the executed copies (outputs/test/executed) go to outputs/test.
+# records, compile caches and the executed copies (outputs/test/executed) go to outputs/test. Two notebooks at a
+# time where two cores are usable, each kernel with its share of them (a notebook alone kept 1.2 of 2 cores busy:
+# kernels starting, processes launching, compilers and servers waiting); quick mode is a smoke test, and what a
+# notebook measures beside another is disturbed: its verdicts may say so. NB_WORKERS=1 runs them one by one.
 NB_TIMEOUT ?= 300
+NB_WORKERS ?= $$($(BIN)/python -c 'from helpers.device import usable_cpus; print(min(2, usable_cpus()))')
 test-notebooks: setup
 	COURSE_MODE=quick COURSE_OUTPUTS=$(CURDIR)/outputs/test $(BIN)/python -m pytest --nbmake \
-		--nbmake-timeout=$(NB_TIMEOUT) --durations=0 notebooks
+		--nbmake-timeout=$(NB_TIMEOUT) -n $(NB_WORKERS) --durations=0 notebooks
 
 # The course website from the executed copies test-notebooks left in outputs/test/executed, checked in headless
 # Chromium (tests/test_site.py): the landing page, two notebook pages and their plots, the offline search.

@@ -49,9 +49,18 @@ def pytest_runtest_call(item):
         _keep_copy(result.nb, path.name, "ok" if result.error is None else "failed")
         return result
 
-    saved = {k: os.environ.get(k) for k in ("MPLBACKEND", "COURSE_PROGRESS")}
-    os.environ.pop("MPLBACKEND", None)  # the kernel inherits it: Jupyter's inline backend displays figures
-    os.environ.setdefault("COURSE_PROGRESS", "off")  # no progress bars in the executed copies
+    from execute import RUN_TAG
+
+    tag = f"{path.stem}-{os.getpid()}-{started}"
+    saved = {k: os.environ.get(k) for k in ("MPLBACKEND", "COURSE_PROGRESS", "OMP_NUM_THREADS", RUN_TAG)}
+    os.environ.pop("MPLBACKEND", None)  # the kernel inherits these: Jupyter's inline backend displays figures,
+    os.environ.setdefault("COURSE_PROGRESS", "off")  # no progress bars in the executed copies,
+    os.environ[RUN_TAG] = tag  # and every process it starts carries the run's tag (the engine check below)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:  # notebooks run side by side (make test-notebooks): each kernel gets its share of the cores
+        from helpers.device import usable_cpus
+
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // workers)))
     NotebookRun.execute = execute_and_keep
     try:
         result = yield  # nbmake: fails here if a cell raised or timed out
@@ -59,7 +68,7 @@ def pytest_runtest_call(item):
         NotebookRun.execute = execute
         for key, value in saved.items():
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
-    _check(path, kept["nb"], started)
+    _check(path, kept["nb"], started, tag)
     return result
 
 
@@ -81,17 +90,17 @@ def _keep_copy(nb, name: str, status: str) -> None:
     os.replace(partial, dst)
 
 
-def _check(path: Path, nb, started: float) -> None:
+def _check(path: Path, nb, started: float, tag: str) -> None:
     from execute import engine_processes, figures_missing, stderr_lines
 
     from helpers import noise
 
-    left = engine_processes(started)
+    left = engine_processes(started, tag)
     for _ in range(20):  # the kernel has exited; give the engine's last processes a moment to follow it
         if not left:
             break
         time.sleep(0.5)
-        left = engine_processes(started)
+        left = engine_processes(started, tag)
     assert not left, f"{path.name} left a serving engine's processes running: {left}"
     assert not figures_missing(nb), f"{path.name}: cells {figures_missing(nb)} drew no figure"
     explained = {p.stem for p in path.parent.glob("[0-9][0-9]_*.ipynb") if p.stem <= path.stem}

@@ -14,6 +14,7 @@ therefore compared on **repeated runs**, as a benchmark compares rounds:
   aggregate of many requests, close to log-normal, and runs are few), decided only where the whole interval
   clears the verdict's 3 % margin;
 - at least :data:`MIN_RUNS` replicates: a time budget shrinks each run (a shorter trace), never the replicates.
+  Quick mode, a smoke test, takes :data:`QUICK_RUNS` (:func:`replicates`): its verdicts say too few runs.
 
 Measured on a synthetic server whose truth is known (``tests/test_runs.py``): two identical policies (A/A) are
 called different in under 5 % of trials, a real 20 % difference (A/B) is found in over 95 %, where a verdict on
@@ -29,12 +30,20 @@ from typing import Any
 import numpy as np
 
 from .checks import check_callable, check_int
+from .modes import pick
 from .timing import Measurement, new_session
 from .verdict import Verdict, verdict, winner
 
 #: Replicates per candidate: with six, a real 20 % difference is found in over 95 % of trials on the synthetic server
 #: of ``tests/test_runs.py`` (runs of about 100 requests), and identical policies are called different in under 5 %.
 MIN_RUNS = 6
+#: Replicates in quick mode (a smoke test: every code path runs, the verdicts say "too few samples").
+QUICK_RUNS = 2
+
+
+def replicates() -> int:
+    """Replicates per candidate in this mode: :data:`MIN_RUNS` in full mode, :data:`QUICK_RUNS` in quick mode."""
+    return pick(QUICK_RUNS, MIN_RUNS)
 
 
 @dataclass(frozen=True)
@@ -114,11 +123,11 @@ def compare_runs(
     statistic: Callable[[Any], float],
     *,
     statistic_name: str,
-    runs: int = MIN_RUNS,
+    runs: int | None = None,
     baseline: str | None = None,
     progress: str | None = None,
 ) -> Runs:
-    """Run every candidate ``runs`` times, alternately, and return the :class:`Runs` to judge them on.
+    """Run every candidate ``runs`` times (default :func:`replicates`), alternately; return the :class:`Runs`.
 
     ``candidates`` maps a label to a function of the replicate's index (0, 1, …) that performs one run on that
     replicate's arrival trace (every candidate is given the same index, so the same trace: build it from a seed
@@ -132,7 +141,13 @@ def compare_runs(
     for name, fn in candidates.items():
         check_callable(f"candidates[{name!r}]", fn, "map each label to a function of the replicate index.")
     check_callable("statistic", statistic, "pass a function of one run that returns seconds, e.g. its p99.")
-    check_int("runs", runs, MIN_RUNS, hint=f"at least {MIN_RUNS} replicates: the fewest a 95 % paired interval needs")
+    runs = replicates() if runs is None else runs
+    check_int(
+        "runs",
+        runs,
+        replicates(),
+        hint=f"at least {replicates()} replicates ({MIN_RUNS} in full mode: the fewest a 95 % paired interval needs)",
+    )
     if not isinstance(statistic_name, str) or not statistic_name.strip():
         raise ValueError("statistic_name= says what each run's number is, e.g. 'p99 latency'.")
     labels = list(candidates)

@@ -57,8 +57,9 @@ MIN_SAMPLES = 6
 MIN_ROUNDS = 10
 #: A table (``compare``) whose rows are noisy in more than this share says so once.
 MOSTLY_NOISY = 0.5
-#: Default time budget per measurement, in seconds: (quick mode, full mode).
-DEFAULT_BUDGET = (1.0, 3.0)
+#: Default time budget per measurement, in seconds: (quick mode, full mode). Quick mode is a smoke test (every
+#: cell and assertion, smallest sizes): its verdicts may say "too few samples"; full mode's decide.
+DEFAULT_BUDGET = (0.4, 3.0)
 
 _UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
 _ADVICE = "close other programs (a browser, an IDE indexing files), wait a minute and re-run the cell"
@@ -86,7 +87,7 @@ def check_measurements(name: str, values: Any, allow_empty: bool = False) -> lis
 
 
 def default_budget() -> float:
-    """Seconds one measurement may take by default: about a second in quick mode, a few in full mode."""
+    """Seconds one measurement may take by default: 0.4 s in quick mode, 3 s in full mode."""
     return pick(*DEFAULT_BUDGET)
 
 
@@ -402,7 +403,7 @@ def benchmark(
        is fixed from the warm-up's estimate, as ``do_bench`` does); elsewhere by ``time.perf_counter`` with a
        device sync before the clock stops.
 
-    ``budget`` (seconds; default :func:`default_budget`, about 1 s quick and 3 s full) bounds steps 2–3:
+    ``budget`` (seconds; default :func:`default_budget`, 0.4 s quick and 3 s full) bounds steps 2–3:
     warm-up takes at most a quarter of it, ``number`` is chosen so :data:`MIN_SAMPLES` samples fit in the rest,
     and sampling stops once the next sample would not fit. What fits is judged from a *steady* call (the
     first warm-up call), not from the first call, which may have compiled. When that steady call alone is

@@ -51,6 +51,7 @@ import numpy as np
 
 from .checks import check_callable, check_int, check_number
 from .device import Load
+from .modes import course_mode
 from .timing import (
     _ADVICE,
     MIN_ROUNDS,
@@ -768,6 +769,8 @@ class Settled:
 
     def undecided(self) -> str:
         """The line to print in place of the decision: ``'undecided: <what>: <reason> (measured twice) — …'``."""
+        if self.attempts == 1:  # quick mode measures once: a smoke test, not a decision
+            return f"undecided: {self.what}: {self.reason} (measured once: quick mode does not measure again)."
         return f"undecided: {self.what}: {self.reason} (measured {self.attempts}×) — {_ADVICE}."
 
 
@@ -775,7 +778,8 @@ def settle(measure: Callable[[], Any], *, what: str, flagged: Callable[[Any], st
     """**Noise stops decisions**, the one rule every notebook uses: call ``measure()``; when ``flagged`` finds a
     reason not to decide on what it returned (default :func:`noise_reason`: a busy machine, or mostly noisy
     measurements), call it once more; when that is flagged too, the decision named ``what`` (a target, a choice,
-    a simulation input, a derived ratio) is undecided: print ``settled.undecided()`` instead of a number."""
+    a simulation input, a derived ratio) is undecided: print ``settled.undecided()`` instead of a number. Quick mode
+    (a smoke test) measures once: a flagged measurement is undecided at once."""
     check_callable("measure", measure, "pass a zero-argument function that takes the measurements")
     if not isinstance(what, str) or not what.strip():
         raise ValueError("what= names the decision that rests on the measurement, e.g. 'the p99 target'.")
@@ -783,6 +787,8 @@ def settle(measure: Callable[[], Any], *, what: str, flagged: Callable[[Any], st
     reason = flagged(value)
     if reason is None:
         return Settled(value, None, 1, what)
+    if course_mode() == "quick":  # a smoke test: the decision is said undecided, not measured again
+        return Settled(value, reason, 1, what)
     print(f"re-measuring once: {reason}")
     value = measure()
     return Settled(value, flagged(value), 2, what)

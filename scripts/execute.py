@@ -134,13 +134,24 @@ def figures_missing(notebook: object) -> list[int]:
     return missing
 
 
-def engine_processes(since: float) -> list[str]:
-    """Processes of a serving engine (Ray: its scheduler, control store, workers, agents) started since then."""
+#: The environment variable that marks the processes one notebook run started (its kernel passes it on to every
+#: process it starts, a serving engine's included): two notebooks run at once do not see each other's engines.
+RUN_TAG = "COURSE_RUN_TAG"
+
+
+def engine_processes(since: float, tag: str | None = None) -> list[str]:
+    """Processes of a serving engine (Ray: its scheduler, control store, workers, agents) started since then;
+    with ``tag``, only those whose environment carries ``RUN_TAG=tag`` (the run that started them)."""
     import psutil
 
     found = []
     for p in psutil.process_iter(["name", "create_time"]):
         name = p.info["name"] or ""
         if p.info["create_time"] >= since and (name in ("raylet", "gcs_server") or name.startswith("ray::")):
+            try:
+                if tag is not None and p.environ().get(RUN_TAG) != tag:
+                    continue
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue  # gone already, or another user's: not this run's
             found.append(f"{name} ({p.pid})")
     return found

@@ -108,12 +108,18 @@ def busy_measurement(label="m"):
 
 
 def test_noise_stops_a_decision_after_one_more_measurement(capsys):
+    import helpers
+
     calls = []
 
     def noisy():
         calls.append(1)
         return busy_measurement("sweep")
 
+    settled = settle(noisy, what="the p99 target")  # quick mode (the tests'): a smoke test measures once
+    assert len(calls) == 1 and not settled.decided and "quick mode does not measure again" in settled.undecided()
+    helpers.set_mode("full")
+    calls.clear()
     settled = settle(noisy, what="the p99 target")
     assert len(calls) == 2 and not settled.decided and settled.attempts == 2
     assert settled.undecided().startswith("undecided: the p99 target: sweep:") and "busy" in settled.undecided()

@@ -16,6 +16,25 @@ from helpers.verdict import run_interval, verdict
 TRIALS = 200
 
 
+@pytest.fixture(autouse=True)
+def _full_mode():
+    """These tests judge the verdicts on runs: full mode's replicates (quick mode's are a smoke test)."""
+    import helpers
+
+    helpers.set_mode("full")
+
+
+def test_quick_mode_takes_its_few_replicates_and_says_too_few():
+    import helpers
+
+    helpers.set_mode("quick")
+    compared = rn.compare_runs({"A": lambda r: 0.01, "B": lambda r: 0.02}, float, statistic_name="s")
+    assert rn.replicates() == rn.QUICK_RUNS < rn.MIN_RUNS and compared.measurement("B").n == rn.QUICK_RUNS
+    assert compared.verdict("B").outcome == "too few samples"
+    with pytest.raises(ValueError):
+        rn.compare_runs({"A": lambda r: 1, "B": lambda r: 1}, float, statistic_name="x", runs=1)
+
+
 def synthetic_run(trace_seed, rng, slower=1.0, drift=1.0, rate=50.0, duration=2.0, service=0.01):
     arrivals = poisson_arrivals(rate, duration, trace_seed)
     work = service * slower * drift * np.exp(rng.normal(0, 0.03)) * rng.lognormal(-0.045, 0.3, len(arrivals))
@@ -33,7 +52,7 @@ def trial(seed, slower):
         "A": lambda r: synthetic_run(1000 * seed + r, rng, drift=drifts[r]),
         "B": lambda r: synthetic_run(1000 * seed + r, rng, slower=slower, drift=drifts[r]),
     }
-    compared = rn.compare_runs(candidates, np.mean, statistic_name="mean latency")
+    compared = rn.compare_runs(candidates, np.mean, statistic_name="mean latency", runs=rn.MIN_RUNS)
     assert all(len(v) == rn.MIN_RUNS for v in compared.values.values())  # every candidate ran every replicate
     one_run = verdict(list(compared.results["B"][0]), list(compared.results["A"][0]), independent="one run's requests")
     return compared.verdict("B"), one_run
