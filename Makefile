@@ -85,7 +85,7 @@ format: setup
 # server or a kernel.
 test-helpers: setup
 	COURSE_MODE=quick COURSE_OUTPUTS=$(CURDIR)/outputs/test $(BIN)/python -m pytest --durations=5 \
-		-n $$($(BIN)/python -c 'from helpers.device import usable_cpus; print(min(4, usable_cpus()))') \
+		-n $$($(BIN)/python -c 'from helpers.device import usable_cpus; print(min(4, usable_cpus() + 1))') \
 		-m "not notebook and not site" tests
 
 # Every notebook in quick mode in a Jupyter kernel through nbmake (at most NB_TIMEOUT seconds a cell), with the
