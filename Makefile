@@ -81,12 +81,12 @@ format: setup
 	$(BIN)/ruff format conftest.py helpers tests scripts notebooks hub website
 
 # Their compile caches and records go to outputs/test too, not into the cache and results `make lab` uses. On
-# every usable core (pytest-xdist, at most 4 workers; a CPU quota counts): a test often waits on a subprocess, a
-# server or a kernel.
+# one worker more than the usable cores (pytest-xdist, at most 4; a CPU quota counts): a test often waits on a
+# subprocess, a server or a kernel. A file's tests stay on one worker: its module fixtures run once.
 test-helpers: setup
 	COURSE_MODE=quick COURSE_OUTPUTS=$(CURDIR)/outputs/test $(BIN)/python -m pytest --durations=5 \
 		-n $$($(BIN)/python -c 'from helpers.device import usable_cpus; print(min(4, usable_cpus() + 1))') \
-		-m "not notebook and not site" tests
+		--dist loadfile -m "not notebook and not site" tests
 
 # Every notebook in quick mode in a Jupyter kernel through nbmake (at most NB_TIMEOUT seconds a cell), with the
 # course's checks on what it executed (conftest.py: stderr held to the allow-list, figures shown, no engine left);
