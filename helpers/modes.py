@@ -4,7 +4,8 @@ A notebook reads its ``MODE`` from ``COURSE_MODE`` in its ``parameters`` cell (p
 an edit of that cell overrides it), then hands it to :func:`set_mode`, which validates it and makes it the
 process's mode: :func:`pick` and :func:`course_mode` follow it, and the environment is left as it was.
 
-* ``quick``: what CI runs. Small sizes and few repeats; each notebook under a minute on 2 CPU cores.
+* ``quick``: what CI runs, a smoke test. The smallest sizes that reach every cell and assertion, few repeats
+  (verdicts may say too few samples); each notebook about 25 s on 2 CPU cores.
 * ``full`` (the default): what a learner or a GPU reference run gets. Sizes that show the real effect.
 """
 
