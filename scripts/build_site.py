@@ -4,7 +4,8 @@
 
 Pages: the README (landing page), one page per notebook showing an executed copy the course's executor made
 (scripts/execute.py; `make full-run` writes full-mode copies, `make test-notebooks` quick-mode ones), TEACHING.md,
-and the Markdown files they link to. At the top of each notebook page: where and when the copy ran (kept in its
+and the Markdown files they link to. A page shows each exercise and its self-check, not its solution. At the top
+of each notebook page: where and when the copy ran (kept in its
 metadata by the executor), its mode, and the minutes TEACHING.md plans for it. Nothing is executed here.
 Sphinx runs with warnings as errors: a link to a page or heading that does not exist fails the build.
 """
@@ -69,6 +70,42 @@ def header(name: str, course: dict) -> str:
     )
 
 
+def is_solution(cell) -> bool:
+    return cell.cell_type == "code" and "solution" in cell.get("metadata", {}).get("tags", [])
+
+
+def without_solutions(nb, name: str):
+    """The page keeps each exercise and its self-check, not its answer: each solution cell (tagged ``solution``;
+    myst-nb ignores Jupyter's ``source_hidden``) becomes a line saying where the answer is."""
+    import nbformat
+
+    for i, cell in enumerate(nb.cells):
+        if is_solution(cell):
+            title = cell.source.splitlines()[0].lstrip("# ").strip() if cell.source.strip() else "Solution"
+            nb.cells[i] = nbformat.v4.new_markdown_cell(
+                f"*{title}: not on the website. It is in the notebook, folded: open `notebooks/{name}.ipynb` in "
+                "JupyterLab and expand the cell once you have tried.*"
+            )
+    return nb
+
+
+def exposed_solutions(html: str, nb) -> list[str]:
+    """The code lines only ``nb``'s solution cells have (25 characters or more, comments left out; a line another
+    cell has too proves nothing) that a page's text shows: the site test's check that no answer is given away."""
+    import html as html_module
+
+    shown = {line.strip() for line in html_module.unescape(re.sub(r"<[^>]+>", "", html)).splitlines()}
+    elsewhere = {line.strip() for cell in nb.cells if not is_solution(cell) for line in cell.source.splitlines()}
+    lines = {
+        line.strip()
+        for cell in nb.cells
+        if is_solution(cell)
+        for line in cell.source.splitlines()
+        if len(line.strip()) >= 25 and not line.strip().startswith("#") and line.strip() not in elsewhere
+    }
+    return sorted(lines & shown)  # whole lines: a self-check may hold a solution's line inside a longer one
+
+
 def stage(executed: Path, src: Path) -> None:
     """Copy the pages into ``src``, laid out as in the repository so that their relative links hold."""
     import nbformat
@@ -96,7 +133,7 @@ def stage(executed: Path, src: Path) -> None:
         first = titled[0]  # its first line is the page's title (a failed run's error banner comes before it)
         title, _, rest = first.source.partition("\n")
         first.source = f"{title}\n\n{header(name, course)}\n{rest}"
-        nbformat.write(nb, src / "notebooks" / f"{name}.ipynb")
+        nbformat.write(without_solutions(nb, name), src / "notebooks" / f"{name}.ipynb")
     todo = [REPO / "README.md", REPO / "TEACHING.md"]
     todo += [REPO / "notebooks" / f"{n}.ipynb" for n in notebook_names()]  # their links to Markdown files
     seen: set[Path] = set()

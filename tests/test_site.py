@@ -56,6 +56,34 @@ def test_the_site_has_every_page_offline_search_and_where_each_copy_ran(site):
     assert (site / "TEACHING.html").is_file() and (site / "searchindex.js").stat().st_size > 10_000
 
 
+def test_no_page_gives_an_exercise_s_answer_away(site):
+    from build_site import exposed_solutions
+
+    checked = 0
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        page = (site / "notebooks" / f"{path.stem}.html").read_text(encoding="utf-8")
+        assert not exposed_solutions(page, nb), (
+            f"{path.stem}'s page shows its solution: {exposed_solutions(page, nb)[:2]}"
+        )
+        checked += sum("solution" in c.metadata.get("tags", []) for c in nb.cells)
+        if any("solution" in c.metadata.get("tags", []) for c in nb.cells):
+            assert "not on the website" in page, path.stem  # the page says where the answer is
+    assert checked >= 15  # the exercises were there to hide
+
+
+def test_the_answer_check_finds_a_solution_shown_as_a_highlighted_page_would_show_it():
+    import html
+
+    from build_site import exposed_solutions
+
+    nb = nbformat.read(REPO / "notebooks" / "03_batch_sizing.ipynb", as_version=4)
+    solution = next(c for c in nb.cells if "solution" in c.metadata.get("tags", []))
+    spans = "".join(f'<span class="n">{html.escape(ch)}</span>' for ch in solution.source)  # as Pygments splits it
+    assert exposed_solutions(f"<div class='highlight'><pre>{spans}</pre></div>", nb)
+    assert not exposed_solutions("<p>the exercise alone</p>", nb)
+
+
 def test_every_link_of_the_site_leads_to_a_file_of_it_and_nothing_is_fetched_from_the_network(site):
     pages = sorted(p for p in site.rglob("*.html") if "_static" not in p.parts)  # not the theme's templates
     assert len(pages) >= 18
