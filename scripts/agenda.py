@@ -11,9 +11,10 @@ The run-time map has one column per machine id (a CPU's id names the features th
 two hosts a cloud sells under one name get two columns).
 A notebook's slot is derived from the notebook itself: the time to read its markdown (READ_WORDS_PER_MIN),
 to run and read each code cell (MIN_PER_CODE_CELL), to do each exercise (MIN_PER_EXERCISE), plus its measured
-run time, rounded up to 5 minutes. (Reviewers who worked through the course estimated 45–120 min per notebook
-and 13–17 h in all; these constants land in that range.) Days are packed in course order: a half day, a full
-day, and a multi-day plan for the whole course.
+run time, rounded up to 5 minutes. (Reviewers who worked through the course estimated 45–120 min per notebook;
+these constants land in that range. The course's total is the table's, never a figure written by hand.) Days
+are packed in course order: a half day and a full day of the core (exercises as homework), and a multi-day
+plan for the whole course.
 """
 
 from __future__ import annotations
@@ -222,8 +223,10 @@ def agenda_block() -> str:
     core = pack(HALF_DAY, "cpu", HALF_DAY_SESSION_MINUTES, exercises=False)[0]
     rest = [n[:2] for n in notebooks() if n not in core]
     half = agenda(core, "cpu", {0: ("break", 15)} if len(core) > 1 else {}, exercises=False)
-    full_day = pack(notebooks(), "gpu", FULL_DAY_SESSION_MINUTES)
-    full = agenda(full_day[0], "gpu", _breaks(full_day[0]))
+    day = pack(HALF_DAY, "gpu", FULL_DAY_SESSION_MINUTES, exercises=False)[0]  # the core again, more of it
+    full = agenda(day, "gpu", _breaks(day), exercises=False)
+    full_rest = [n[:2] for n in notebooks() if n not in day]
+    full_day = pack(notebooks(), "gpu", FULL_DAY_SESSION_MINUTES)  # the whole course, exercises in class
     plan = "\n".join(
         f"| day {i + 1} | {', '.join(n[:2] for n in day)} | {sum(slot(n, 'gpu') for n in day) / 60:.1f} h |"
         for i, day in enumerate(full_day)
@@ -236,7 +239,9 @@ def agenda_block() -> str:
         f"**Half day** (laptops, quick mode; {HALF_DAY_SESSION_MINUTES} min of sessions: the core, as much as "
         f"fits, exercises left as homework)\n\n{half}\n\nHomework after a half day: the exercises of "
         f"{', '.join(n[:2] for n in core)}, then notebooks {', '.join(rest)}.\n\n"
-        f"**Full day** (a GPU per participant, full mode; {FULL_DAY_SESSION_MINUTES} min of sessions)\n\n{full}\n\n"
+        f"**Full day** (a GPU per participant, full mode; {FULL_DAY_SESSION_MINUTES} min of sessions: the core, as "
+        f"much as fits, exercises left as homework)\n\n{full}\n\nHomework after a full day: the exercises of "
+        f"{', '.join(n[:2] for n in day)}, then notebooks {', '.join(full_rest)}.\n\n"
         f"**The whole course** (a GPU per participant, full mode; days of {FULL_DAY_SESSION_MINUTES} min of "
         f"sessions, in course order)\n\n| day | notebooks | sessions |\n|---|---|---|\n{plan}"
     )

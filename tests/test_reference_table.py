@@ -2,6 +2,7 @@
 is well-formed and says where it came from."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,22 @@ def test_runtimes_write_this_runs_environment(tmp_path):
     data = json.loads(path.read_text())
     assert data["environment"]["cpu_features"] == avx2
     assert data["notebooks"]["00_a"] == {"quick_seconds": 12.0, "full_seconds": 12.0}
+
+
+def test_teaching_states_no_total_of_its_own_and_each_day_fits_its_sessions():
+    """TEACHING.md's hand-written prose gives no course total (the generated table's is the one: a "13–17 h"
+    once sat above a 28 h table), and every agenda's notebooks fit the minutes of its day."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import agenda as ag
+
+    text = (REPO / "TEACHING.md").read_text(encoding="utf-8")
+    prose = text.split("<!-- agenda:start -->")[0] + text.split("<!-- agenda:end -->")[1]
+    totals = re.findall(r"\d+(?:[.,]\d+)?\s*(?:[–-]\s*\d+(?:[.,]\d+)?\s*)?(?:h|hours)\b(?! of)", prose)
+    assert not totals, f"TEACHING.md states hours by hand: {totals}; the agenda's table gives the total"
+    half = ag.pack(ag.HALF_DAY, "cpu", ag.HALF_DAY_SESSION_MINUTES, exercises=False)[0]
+    full = ag.pack(ag.HALF_DAY, "gpu", ag.FULL_DAY_SESSION_MINUTES, exercises=False)[0]
+    assert sum(ag.slot(n, "cpu", exercises=False) for n in half) <= ag.HALF_DAY_SESSION_MINUTES
+    assert sum(ag.slot(n, "gpu", exercises=False) for n in full) <= ag.FULL_DAY_SESSION_MINUTES
+    assert len(full) > len(half), "a full day holds more of the core than a half day"
+    for day in ag.pack(ag.notebooks(), "gpu", ag.FULL_DAY_SESSION_MINUTES):
+        assert len(day) == 1 or sum(ag.slot(n, "gpu") for n in day) <= ag.FULL_DAY_SESSION_MINUTES, day
