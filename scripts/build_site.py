@@ -66,7 +66,10 @@ def header(name: str, course: dict) -> str:
         f"torch {course['torch']}, on {course['date']}, by the course's executor.{status} "
         f"Numbers on your machine will differ: run the notebook to see them.\n\n"
         f"**Time for a learner:** about {slot(name, 'quick')} min on a laptop in quick mode, "
-        f"{slot(name, 'gpu')} min on a GPU in full mode ([TEACHING.md](../TEACHING.md)).{reference}\n```"
+        f"{slot(name, 'gpu')} min on a GPU in full mode ([TEACHING.md](../TEACHING.md)).{reference}\n\n"
+        f"**Run it yourself:** {{download}}`{name}.ipynb <../sources/{name}.ipynb>` is this notebook without "
+        "outputs, as the course ships it; with the whole course, `make lab` opens it in JupyterLab and `make test` "
+        "runs every notebook in quick mode ([the README](../README.md) says how to set up).\n```"
     )
 
 
@@ -111,6 +114,9 @@ def stage(executed: Path, src: Path) -> None:
     import nbformat
 
     (src / "notebooks").mkdir(parents=True)
+    (src / "sources").mkdir()  # the committed notebooks, offered for download on each page (not pages themselves)
+    for name in notebook_names():
+        shutil.copyfile(REPO / "notebooks" / f"{name}.ipynb", src / "sources" / f"{name}.ipynb")
     missing = [n for n in notebook_names() if not (executed / f"{n}.ipynb").is_file()]
     if missing:
         raise SystemExit(

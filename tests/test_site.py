@@ -72,6 +72,17 @@ def test_no_page_gives_an_exercise_s_answer_away(site):
     assert checked >= 15  # the exercises were there to hide
 
 
+def test_each_notebook_page_offers_its_source_notebook_and_says_how_to_run_the_course(site):
+    for path in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        page = (site / "notebooks" / f"{path.stem}.html").read_text(encoding="utf-8")
+        links = re.findall(r'href="([^"]*/' + re.escape(path.name) + ')"', page)
+        text = re.sub(r"<[^>]+>", "", page)  # `make lab` is split into spans
+        assert links and "make lab" in text and "make test" in text, path.stem
+        offered = nbformat.read(site / "notebooks" / links[0], as_version=4)
+        assert [c.source for c in offered.cells] == [c.source for c in nbformat.read(path, as_version=4).cells]
+        assert not any(c.get("outputs") for c in offered.cells if c.cell_type == "code"), path.stem
+
+
 def test_the_answer_check_finds_a_solution_shown_as_a_highlighted_page_would_show_it():
     import html
 
