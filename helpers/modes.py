@@ -5,7 +5,7 @@ an edit of that cell overrides it), then hands it to :func:`set_mode`, which val
 process's mode: :func:`pick` and :func:`course_mode` follow it, and the environment is left as it was.
 
 * ``quick``: what CI runs, a smoke test. The smallest sizes that reach every cell and assertion, few repeats
-  (verdicts may say too few samples); each notebook about 25 s on 2 CPU cores.
+  (verdicts may say too few samples); the target is 25 s a notebook on 2 CPU cores (scripts/runtimes.py).
 * ``full`` (the default): what a learner or a GPU reference run gets. Sizes that show the real effect.
 """
 

@@ -12,7 +12,7 @@ two hosts a cloud sells under one name get two columns).
 A notebook's slot is derived from the notebook itself: the time to read its markdown (READ_WORDS_PER_MIN),
 to run and read each code cell (MIN_PER_CODE_CELL), to do each exercise (MIN_PER_EXERCISE), plus its measured
 run time, rounded up to 5 minutes. (Reviewers who worked through the course estimated 45–120 min per notebook;
-these constants land in that range. The course's total is the table's, never a figure written by hand.) Days
+the longest notebooks' slots come out above that. The course's total is the table's, never one written by hand.) Days
 are packed in course order: a half day and a full day of the core (exercises as homework), and a multi-day
 plan for the whole course.
 """
