@@ -105,6 +105,7 @@ class OpCounter(TorchDispatchMode):
         self.intermediate_reads = 0
         self.external_reads = 0  # every read of an outside input, repeats included
         self.writes = 0  # every write, rewrites of the same storage (in-place ops) included
+        self.allocated = 0  # the bytes of the new tensors the call created
         self.alive: list[torch.Tensor] = []  # fused rule: outputs kept until the call ends (see the docstring)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
@@ -146,7 +147,10 @@ class OpCounter(TorchDispatchMode):
                     self.external[key] = max(self.external.get(key, 0), _nbytes(t))
                     self.external_reads += _nbytes(t)
             for t in outputs:
-                self.written[t.untyped_storage().data_ptr()] = _nbytes(t)
+                key = t.untyped_storage().data_ptr()
+                if key not in self.written and key not in self.external:  # a new tensor, not an in-place write
+                    self.allocated += _nbytes(t)
+                self.written[key] = _nbytes(t)
                 self.writes += _nbytes(t)
                 self.alive.append(t)
 
@@ -204,13 +208,18 @@ class Traffic:
     (``fused``, the fused rule: what a single perfectly fused kernel would move). ``intermediate`` is what the
     ops wrote for each other and read back, in-place rewrites included (a ReLU or a residual add applied to a
     tensor already written); ``reread`` the inputs from outside read again by a later op (one input feeding two
-    ops). Fusing saves both: ``unfused == fused + intermediate + reread``. ``ops``: the ops that moved bytes."""
+    ops). Fusing saves both: ``unfused == fused + intermediate + reread``. ``ops``: the ops that moved bytes.
+    ``allocated``: the bytes of the new tensors the eager call created (each once), against ``outputs``, those of
+    the tensors it returns: what any implementation must allocate, and all a perfectly fused one does (on a CPU a
+    large new tensor is faulted in page by page, a cost a copy into an existing buffer never pays)."""
 
     unfused: int
     fused: int
     intermediate: int
     ops: list[str]
     reread: int = 0
+    allocated: int = 0
+    outputs: int = 0
 
     @property
     def saving(self) -> float:
@@ -233,6 +242,8 @@ def traffic(fn: Callable[..., Any], *args: Any) -> Traffic:
         intermediate=counter.intermediate_reads + counter.writes - final_written,
         ops=counter.moving,
         reread=counter.external_reads - sum(counter.external.values()),
+        allocated=counter.allocated,
+        outputs=sum(final.values()),
     )
 
 

@@ -58,6 +58,9 @@ def test_traffic_counts_intermediates_and_the_fused_minimum():
     # three intermediates, each written once and read once
     assert t.intermediate == 3 * 8000
     assert t.saving == pytest.approx(4.0)
+    assert t.allocated == 4 * 4000 and t.outputs == 4000  # four new tensors, of which one is returned
+    inplace = opcount.traffic(lambda v: (v * 2).relu_(), x)  # relu_ rewrites the product: no new tensor
+    assert inplace.allocated == inplace.outputs == 4000
 
 
 def test_traffic_follows_composite_ops_into_their_kernels():
@@ -75,6 +78,7 @@ def test_traffic_of_independent_ops_reads_the_input_once_when_fused():
     assert t.intermediate == 0
     assert t.fused == 4000 + 2 * 40
     assert t.reread == 4000  # the second op reads x again
+    assert t.allocated == t.outputs == 2 * 40  # only the two small results are new
     assert t.unfused == t.fused + t.intermediate + t.reread
 
 
