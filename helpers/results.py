@@ -419,7 +419,8 @@ def reference_table(
             "`make full-run` on such a machine produces one (see data/reference/README.md)."
         )
         return None
-    keep = ["variant", "batch", "dtype", "median", "iqr", "throughput"] + (columns or [])
+    keep = ["variant", "device", "batch", "dtype", "median", "iqr", "throughput"] + (columns or [])  # device: where
+    # each row ran (a GPU machine's record of work its CPU did says "cpu")
     absent = [c for c in columns or [] if c not in df.columns or not df[c].notna().any()]
     keep = [c for c in keep if c in df.columns and df[c].notna().any()]
     first = df.iloc[0]

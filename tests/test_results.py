@@ -226,11 +226,19 @@ def test_shipped_reference_results_load():
     assert df.machine_id.notna().all()
 
 
+def test_a_reference_table_says_where_each_row_ran():
+    table = results.reference_table("05_onnx_runtime", "speed")
+    if table is None:
+        pytest.skip("no GPU reference ships for 05")
+    ort = table[table["variant"].str.contains("ORT")]  # that machine's ONNX Runtime had no GPU build
+    assert len(ort) and set(ort["device"]) == {"cpu"} and set(table["device"]) == {"cpu", "cuda"}
+
+
 def test_references_are_shown_in_readable_units(capsys):
     table = results.reference_table("01_bottlenecks", "h2d", columns=["bytes", "bytes_per_s"])
     if table is None:
         pytest.skip("no GPU reference ships")
-    assert {"median", "IQR", "size", "GB/s"} <= set(table.columns) and "bytes_per_s" not in table.columns
+    assert {"median", "IQR", "size", "GB/s", "device"} <= set(table.columns) and "bytes_per_s" not in table.columns
     assert all(v.endswith(("s", "—")) for v in table["median"]) and "measured" in capsys.readouterr().out
 
 
