@@ -428,6 +428,12 @@ def reference_table(
         note = reference_note(str(other))
         if note:
             print(note)
+    if "device" in df.columns and df["device"].nunique() > 1:  # e.g. a GPU machine's CPU ran one of the set-ups
+        devices = ", ".join(sorted(df["device"].dropna().unique()))
+        print(
+            f"These rows ran on different devices of that machine ({devices}; the device column says which): a row "
+            "of one device against a row of another compares two set-ups, not two runtimes on one device."
+        )
     if absent:  # an older reference may predate a metric: said, not an error
         print(f"Not in this reference (measured before it was recorded, or misspelt): {', '.join(absent)}.")
     print(
@@ -464,6 +470,10 @@ def readable_reference(df: Any) -> Any:
         if column in out.columns:
             out[column] = out[column].map(lambda v, c=convert: c(v) if v is not None and v == v else "—")
             out = out.rename(columns={column: name})
+    for column in [c for c in out.columns if c.endswith("_per_s") and pd.api.types.is_numeric_dtype(out[c])]:
+        name = "GB/s" if column == "gb_per_s" else column.removesuffix("_per_s").replace("_", " ") + "/s"
+        out = out.rename(columns={column: name})  # a rate: a number per second, not a time
+        out[name] = out[name].map(lambda v: f"{v:,.1f}" if v == v else "—")
     for column in [c for c in out.columns if c.endswith("_s") and pd.api.types.is_numeric_dtype(out[c])]:
         out[column] = out[column].map(lambda v: format_seconds(v) if v == v else "—")  # a metric in seconds
         out = out.rename(columns={column: column[:-2].replace("_", " ")})

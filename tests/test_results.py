@@ -226,12 +226,21 @@ def test_shipped_reference_results_load():
     assert df.machine_id.notna().all()
 
 
-def test_a_reference_table_says_where_each_row_ran():
+def test_a_rate_in_a_reference_is_a_rate_not_a_time():
+    import pandas as pd
+
+    shown = results.readable_reference(pd.DataFrame({"gb_per_s": [13.8], "images_per_s": [161.0], "p99_s": [0.5]}))
+    assert list(shown.columns) == ["GB/s", "images/s", "p99"]
+    assert list(shown.iloc[0]) == ["13.8", "161.0", "500 ms"]
+
+
+def test_a_reference_table_says_where_each_row_ran(capsys):
     table = results.reference_table("05_onnx_runtime", "speed")
     if table is None:
         pytest.skip("no GPU reference ships for 05")
     ort = table[table["variant"].str.contains("ORT")]  # that machine's ONNX Runtime had no GPU build
     assert len(ort) and set(ort["device"]) == {"cpu"} and set(table["device"]) == {"cpu", "cuda"}
+    assert "ran on different devices of that machine (cpu, cuda" in capsys.readouterr().out
 
 
 def test_references_are_shown_in_readable_units(capsys):
