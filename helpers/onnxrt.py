@@ -339,7 +339,7 @@ def session(
     spinning: bool = False,
 ) -> Any:
     """An ``onnxruntime.InferenceSession`` on ``provider`` with graph optimisation ``level`` (disabled, basic,
-    extended, all), ``threads`` intra-op threads (None: ORT's default, one per core), optionally writing the
+    extended, all), ``threads`` intra-op threads (None: ORT's default, one per physical core), optionally writing the
     optimised graph to ``optimized_path``. Fails, rather than falling back, if the provider does not load.
 
     On a GPU provider ORT runs on a stream of torch's (the provider option ``user_compute_stream``, unless
