@@ -175,6 +175,7 @@ mark("model built")
 state = torch.load(path, weights_only=True, mmap=how != "torch.load", map_location="cpu")  # a CPU model
 mark("state dict loaded")  # both copies alive: the model's weights and the loaded tensors
 model.load_state_dict(state, assign=how == "meta + assign")
+mark("copied into the model")  # the state dict still alive: a mapped file's pages were read to copy them
 del state
 gc.collect()
 mark("loaded into the model")
@@ -186,7 +187,8 @@ print(json.dumps(stages))
 """
 
 #: The stages at which :func:`load_memory` reads the child's memory, in order.
-LOAD_STAGES = ("model built", "state dict loaded", "loaded into the model", "after the first forward")
+LOAD_STAGES = ("model built", "state dict loaded", "copied into the model", "loaded into the model",
+               "after the first forward")
 
 
 def load_memory(path: str | os.PathLike[str], how: str) -> dict[str, dict[str, int]]:
