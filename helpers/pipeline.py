@@ -13,6 +13,7 @@ and the small tools to check that overlap really happened.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import queue
@@ -88,6 +89,15 @@ class ThreadPrefetcher:
             thread.join(timeout=5)
 
 
+@functools.cache
+def copy_stream(device: torch.device) -> torch.cuda.Stream:
+    """One side stream per device for host-to-device copies, made once. ``torch.cuda.Stream()`` takes the next of a
+    pool of streams, and the caching allocator reuses a freed block only on the stream that allocated it: a new
+    stream per pass would allocate every copied batch anew (a ``cudaMalloc`` each) instead of reusing the last
+    pass's blocks."""
+    return torch.cuda.Stream(device)
+
+
 class CudaPrefetcher:
     """Iterate over ``loader`` with each batch already on ``device``: the copy of batch *i+1* is issued on a
     side CUDA stream before batch *i* is handed out, so it overlaps with the caller's compute on batch *i*.
@@ -111,7 +121,7 @@ class CudaPrefetcher:
             return to_device(batch, self.device, non_blocking=True)
 
     def __iter__(self) -> Iterator[Any]:
-        stream = torch.cuda.Stream(self.device)
+        stream = copy_stream(self.device)  # the same stream every pass: see copy_stream
         compute = torch.cuda.current_stream(self.device)
         iterator = iter(self.loader)
         upcoming = self._issue(iterator, stream)
