@@ -187,8 +187,13 @@ print(json.dumps(stages))
 """
 
 #: The stages at which :func:`load_memory` reads the child's memory, in order.
-LOAD_STAGES = ("model built", "state dict loaded", "copied into the model", "loaded into the model",
-               "after the first forward")
+LOAD_STAGES = (
+    "model built",
+    "state dict loaded",
+    "copied into the model",
+    "loaded into the model",
+    "after the first forward",
+)
 
 
 def load_memory(path: str | os.PathLike[str], how: str) -> dict[str, dict[str, int]]:
