@@ -139,6 +139,10 @@ def figures_missing(notebook: object) -> list[int]:
 RUN_TAG = "COURSE_RUN_TAG"
 
 
+#: How much earlier than ``since`` a process's start time may read and still count as started since then.
+CLOCK_SLACK_S = 3.0
+
+
 def engine_processes(since: float, tag: str | None = None) -> list[str]:
     """Processes of a serving engine (Ray: its scheduler, control store, workers, agents) started since then;
     with ``tag``, only those whose environment carries ``RUN_TAG=tag`` (the run that started them)."""
@@ -147,7 +151,9 @@ def engine_processes(since: float, tag: str | None = None) -> list[str]:
     found = []
     for p in psutil.process_iter(["name", "create_time"]):
         name = p.info["name"] or ""
-        if p.info["create_time"] >= since and (name in ("raylet", "gcs_server") or name.startswith("ray::")):
+        # psutil derives a start time from the boot time, which /proc gives in whole seconds: it can read up to
+        # a second or two before time.time() said the process started, so "since" gets that much slack
+        if p.info["create_time"] >= since - CLOCK_SLACK_S and (name in ("raylet", "gcs_server") or name.startswith("ray::")):
             try:
                 if tag is not None and p.environ().get(RUN_TAG) != tag:
                     continue
