@@ -153,7 +153,8 @@ def engine_processes(since: float, tag: str | None = None) -> list[str]:
         name = p.info["name"] or ""
         # psutil derives a start time from the boot time, which /proc gives in whole seconds: it can read up to
         # a second or two before time.time() said the process started, so "since" gets that much slack
-        if p.info["create_time"] >= since - CLOCK_SLACK_S and (name in ("raylet", "gcs_server") or name.startswith("ray::")):
+        engine = name in ("raylet", "gcs_server") or name.startswith("ray::")
+        if engine and p.info["create_time"] >= since - CLOCK_SLACK_S:
             try:
                 if tag is not None and p.environ().get(RUN_TAG) != tag:
                     continue
