@@ -33,10 +33,19 @@ from .paths import ensure_dir, output_subdir
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 #: What each scenario's result is, as MLPerf reports it.
 METRIC = {
-    "SingleStream": "p90 latency",
-    "MultiStream": "p99 query latency",
-    "Server": "samples/s at the latency bound",
+    "SingleStream": "p90 latency, early-stopping estimate",
+    "MultiStream": "p99 query latency, early-stopping estimate",
+    "Server": "completed samples/s at the latency bound",
     "Offline": "samples/s",
+}
+#: What MLPerf publishes for each scenario since v2.0 (SingleStream, MultiStream) and v5.0 (Server), as the
+#: submission checker reads it: the summary line, a pattern over its early-stopping lines or its fields; and the raw
+#: statistic LoadGen prints beside it.
+_PUBLISHED = {
+    "SingleStream": (r"^Early stopping 90\.0th percentile estimate: (\d+)", r"^90\.0th percentile latency \(ns\)$"),
+    "MultiStream": (r"^Early stopping 99\.0th percentile estimate: (\d+)", r"^99\.0th percentile latency \(ns\)$"),
+    "Server": (r"^Completed samples per second$", r"^Scheduled samples per second$"),
+    "Offline": (r"^Samples per second$", r"^Samples per second$"),
 }
 #: The fewest queries LoadGen 6.0's early stopping accepts when no query misses its bound (what its summary asks
 #: for when fewer ran): a shorter run is INVALID whatever its duration.
@@ -236,8 +245,11 @@ class LLMSUT(SUT):
 
 @dataclass
 class Summary:
-    """What LoadGen wrote in ``mlperf_log_summary.txt``: ``result`` (:data:`METRIC`: seconds for the latency
-    scenarios, samples per second for the others), ``valid``, the checks behind it, early stopping's lines and
+    """What LoadGen wrote in ``mlperf_log_summary.txt``: ``result``, the statistic MLPerf publishes (:data:`METRIC`:
+    for SingleStream and MultiStream LoadGen's early-stopping estimate of the percentile, in seconds, NaN where too
+    few queries ran for one; for Server the completed samples per second), ``raw``, the statistic LoadGen prints
+    beside it (the measured percentile; the scheduled samples per second), ``valid``, the checks behind it, early
+    stopping's lines and
     the latency percentiles (s), keyed ``"50.00"``, ``"90.00"``, ``"99.00"``…; with token latencies also ``ttft``
     and ``tpot`` (s)."""
 
@@ -245,6 +257,7 @@ class Summary:
     mode: str
     valid: bool
     result: float
+    raw: float = math.nan
     checks: dict[str, bool] = field(default_factory=dict)
     early_stopping: list[str] = field(default_factory=list)
     recommendations: list[str] = field(default_factory=list)
@@ -271,6 +284,7 @@ class Summary:
             "scenario": self.scenario,
             "result": self.result,
             "metric": self.metric,
+            "raw": self.raw,
             "p50 (s)": latency.get("50.00"),
             "p90 (s)": latency.get("90.00"),
             "p99 (s)": latency.get("99.00"),
@@ -316,22 +330,26 @@ def read_summary(folder: str | Path) -> Summary:
         ):
             if m := re.match(pattern, key):
                 into[m.group(1)] = float(value) / 1e9
-    result_key = {
-        "SingleStream": r"^90\.0th percentile latency \(ns\)$",
-        "MultiStream": r"^99\.0th percentile latency \(ns\)$",
-        "Server": r"^Scheduled samples per second$",
-        "Offline": r"^Samples per second$",
-    }.get(scenario)
-    result = math.nan
-    for key, value in fields.items():
-        if result_key and re.match(result_key, key):
-            result = float(value) / (1e9 if "(ns)" in key else 1.0)
-            break
+    published, raw_key = _PUBLISHED.get(scenario, (None, None))
+
+    def field_value(pattern: str | None) -> float:
+        for key, value in fields.items():
+            if pattern and re.match(pattern, key):
+                return float(value) / (1e9 if "(ns)" in key else 1.0)
+        return math.nan
+
+    raw = field_value(raw_key)
+    if scenario in ("SingleStream", "MultiStream"):  # the estimate, from its early-stopping line (ns)
+        found = [re.match(published, line) for line in early]
+        result = next((float(m.group(1)) / 1e9 for m in found if m), math.nan)
+    else:
+        result = field_value(published)
     return Summary(
         scenario=scenario,
         mode=mode,
         valid=fields.get("Result is") == "VALID",
         result=result,
+        raw=raw,
         checks=checks,
         early_stopping=early,
         recommendations=recs,
