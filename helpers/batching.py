@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -247,6 +248,41 @@ def bucket_for(n: int, buckets: Sequence[int]) -> int:
     if not fitting:
         raise ValueError(f"a batch of {n} fits none of the buckets {sorted(buckets)}: add a bucket of at least {n}.")
     return min(fitting)
+
+
+def graphed(
+    module: Callable[[torch.Tensor], torch.Tensor],
+    example: Callable[[int], torch.Tensor],
+    shapes: Sequence[int],
+    budget_s: float = math.inf,
+    record: Callable[..., Callable[[], torch.Tensor]] | None = None,
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``module`` recorded as one CUDA graph per batch size in ``shapes`` (``example(b)``: an input of ``b`` items in
+    the dtype and layout it is served with): the largest and the smallest first, the others while ``budget_s``
+    seconds of recording last (a compiled module compiles each new shape while it is recorded). Returns a function
+    of a batch whose size was recorded: it copies the batch into that graph's input, replays it and returns its
+    output, overwritten by the next replay (clone what you keep); ``.shapes`` lists the recorded sizes.
+    ``record(fn, x)`` records one call (default: :func:`helpers.llm.cuda_graph`, warm-up on a side stream first)."""
+    check_callable("module", module, hint="pass the model to record, e.g. the compiled module")
+    check_ints("shapes", shapes, hint="pass the batch sizes to record, e.g. shape_buckets(64)")
+    if record is None:
+        from .llm import cuda_graph as record
+    replays: dict[int, Callable[[], torch.Tensor]] = {}
+    extra_from = math.inf
+    for b in dict.fromkeys([max(shapes), min(shapes), *sorted(shapes, reverse=True)]):
+        if len(replays) == 2:
+            extra_from = time.perf_counter()  # the budget counts the shapes beyond the largest and the smallest
+        if time.perf_counter() - extra_from > budget_s:
+            break
+        replays[b] = record(module, example(b))
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        replay = replays[len(x)]
+        replay.inputs[0].copy_(x)  # type: ignore[attr-defined]  # the graph reads its recorded input's address
+        return replay()
+
+    run.shapes = tuple(sorted(replays))  # type: ignore[attr-defined]
+    return run
 
 
 def latency_model(batches: Sequence[int], seconds: Sequence[float]) -> Callable[[int], float]:

@@ -285,3 +285,31 @@ def test_a_p99_target_is_met_only_within_its_order_statistic_bound_and_missed_on
         batching.p99_against(one_slow[-300:], 5e-3) == "undecided" and batching.p99_against(one_slow, 5e-3) == "meets"
     )
     assert batching.p99_against([1e-3] * 471 + [9e-3] * 2, 5e-3) == "undecided"  # two over: 628 calls needed
+
+
+def test_graphed_records_each_shape_once_and_replays_into_the_recorded_input():
+    """The control flow of 09's CUDA-graph step, on a CPU: a stand-in recorder with llm.cuda_graph's interface (the
+    replay holds its inputs, returns one output tensor overwritten each time)."""
+    recorded = []
+
+    def record(fn, x):
+        recorded.append(len(x))
+        out = fn(x)
+
+        def replay():
+            out.copy_(fn(x))
+            return out
+        replay.inputs = (x,)
+        return replay
+
+    model = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        run = batching.graphed(model, lambda b: torch.zeros(b, 3), [1, 2, 4, 8], record=record)
+        assert recorded == [8, 1, 4, 2] and run.shapes == (1, 2, 4, 8)  # largest and smallest first
+        x = torch.randn(4, 3)
+        torch.testing.assert_close(run(x), model(x))  # the batch was copied into the recorded input
+        with pytest.raises(KeyError):
+            run(torch.randn(3, 3))  # a size not recorded: the caller pads to a bucket (bucket_for)
+        recorded.clear()
+        assert batching.graphed(model, lambda b: torch.zeros(b, 3), [1, 2, 4, 8], budget_s=0.0,
+                                record=lambda fn, x: recorded.append(len(x)) or record(fn, x)).shapes == (1, 8)
