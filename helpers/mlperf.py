@@ -361,16 +361,18 @@ def read_summary(folder: str | Path) -> Summary:
     )
 
 
-def read_accuracy(folder: str | Path) -> dict[int, int]:
-    """An accuracy run's logged results: ``{sample index: the integer predict returned}`` (the last one logged
-    where a sample was issued more than once)."""
+def read_accuracy(folder: str | Path, every: bool = False) -> Any:
+    """A run's logged results: ``{sample index: the integer predict returned}`` (the last one logged where a sample
+    was issued more than once), or with ``every=True`` each logged ``(sample index, result)`` pair in log order
+    (a performance run with ``accuracy_log_probability`` logs a random share of its answers, repeats included)."""
     path = Path(folder) / "mlperf_log_accuracy.json"
     if not path.is_file():
         raise FileNotFoundError(f"no LoadGen accuracy log at {path}: run a test with mode='accuracy' there first.")
-    out = {}
-    for entry in json.loads(path.read_text() or "[]"):
-        out[int(entry["qsl_idx"])] = int(np.frombuffer(bytes.fromhex(entry["data"]), dtype=np.int64)[0])
-    return out
+    pairs = [
+        (int(entry["qsl_idx"]), int(np.frombuffer(bytes.fromhex(entry["data"]), dtype=np.int64)[0]))
+        for entry in json.loads(path.read_text() or "[]")
+    ]
+    return pairs if every else dict(pairs)
 
 
 def run(
@@ -389,6 +391,7 @@ def run(
     ttft_bound: float | None = None,
     tpot_bound: float | None = None,
     max_duration: float = 120.0,
+    accuracy_log_probability: float = 0.0,
     folder: str | Path | None = None,
 ) -> Summary:
     """Run one LoadGen test of ``sut`` and return its summary. ``min_duration`` (s) and ``min_queries`` are the
@@ -396,7 +399,9 @@ def run(
     Server needs ``target_qps`` (Poisson arrivals) and ``latency_bound`` (s, at p99), or, for an :class:`LLMSUT`,
     ``ttft_bound`` and ``tpot_bound`` (s, at p99: LoadGen's token latencies); Offline issues one query of
     ``expected_qps × min_duration`` samples; MultiStream queries hold ``samples_per_query`` samples.
-    ``mode="accuracy"`` runs every sample once and logs each result (:func:`read_accuracy`). LoadGen stops
+    ``mode="accuracy"`` runs every sample once and logs each result (:func:`read_accuracy`); a performance run
+    logs each answer with ``accuracy_log_probability`` (MLPerf's TEST01 checks those against the accuracy run's,
+    with a seed of its own: here seed 0, so a rerun logs the same queries). LoadGen stops
     issuing after ``max_duration`` seconds (it still waits for the queries it issued). Logs go to
     ``folder`` (default ``<outputs>/mlperf/<name or scenario>``)."""
     lg = _loadgen()
@@ -413,6 +418,10 @@ def run(
     max_duration = check_number("max_duration", max_duration, minimum=min_duration, hint="seconds ≥ min_duration")
     settings.max_duration_ms = int(max_duration * 1000)
     settings.min_query_count = min_queries
+    share = check_number("accuracy_log_probability", accuracy_log_probability, minimum=0, hint="a share, e.g. 0.1")
+    if share > 1:
+        raise ValueError(f"accuracy_log_probability={share}: a share of the answers, from 0 to 1 (e.g. 0.1).")
+    settings.accuracy_log_probability = share
     tokens = isinstance(sut, LLMSUT)
     if scenario == "Server":
         qps = check_number("target_qps", target_qps, positive=True, hint="the Poisson arrival rate, per second")

@@ -1062,8 +1062,15 @@ def _spread(m: Measurement) -> float:
 #: (H100/H200 SXM, A100 SXM4, L4, T4). A measured roof above its datasheet figure is capped at it: a 3×3
 #: convolution counted as direct can run as Winograd or FFT and do fewer FLOPs than counted.
 DATASHEET: dict[str, dict[str, float]] = {
-    "H200": {"fp32": 67e12, "bf16": 989e12, "fp16": 989e12, "int8": 1979e12, "bandwidth": 4.8e12},
-    "H100 80GB HBM3": {"fp32": 67e12, "bf16": 989e12, "fp16": 989e12, "int8": 1979e12, "bandwidth": 3.35e12},
+    "H200": {"fp32": 67e12, "bf16": 989e12, "fp16": 989e12, "fp8": 1979e12, "int8": 1979e12, "bandwidth": 4.8e12},
+    "H100 80GB HBM3": {
+        "fp32": 67e12,
+        "bf16": 989e12,
+        "fp16": 989e12,
+        "fp8": 1979e12,
+        "int8": 1979e12,
+        "bandwidth": 3.35e12,
+    },
     "A100-SXM4-80GB": {"fp32": 19.5e12, "bf16": 312e12, "fp16": 312e12, "int8": 624e12, "bandwidth": 2.039e12},
     "L4": {"fp32": 30.3e12, "bf16": 121e12, "fp16": 121e12, "int8": 242e12, "bandwidth": 300e9},
     "T4": {"fp32": 8.1e12, "fp16": 65e12, "int8": 130e12, "bandwidth": 320e9},

@@ -299,6 +299,7 @@ def test_graphed_records_each_shape_once_and_replays_into_the_recorded_input():
         def replay():
             out.copy_(fn(x))
             return out
+
         replay.inputs = (x,)
         return replay
 
@@ -311,5 +312,10 @@ def test_graphed_records_each_shape_once_and_replays_into_the_recorded_input():
         with pytest.raises(KeyError):
             run(torch.randn(3, 3))  # a size not recorded: the caller pads to a bucket (bucket_for)
         recorded.clear()
-        assert batching.graphed(model, lambda b: torch.zeros(b, 3), [1, 2, 4, 8], budget_s=0.0,
-                                record=lambda fn, x: recorded.append(len(x)) or record(fn, x)).shapes == (1, 8)
+        assert batching.graphed(
+            model,
+            lambda b: torch.zeros(b, 3),
+            [1, 2, 4, 8],
+            budget_s=0.0,
+            record=lambda fn, x: recorded.append(len(x)) or record(fn, x),
+        ).shapes == (1, 8)

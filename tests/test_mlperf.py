@@ -57,6 +57,25 @@ def test_an_accuracy_run_logs_every_sample_once_with_what_predict_returned(sut, 
     assert all(logged[i] == LABELS[i].item() for i in logged)
 
 
+def test_a_performance_run_logs_a_share_of_its_answers_as_test01_checks_them(tmp_path):
+    answered = []
+
+    def predict(samples):
+        answered.extend(samples[:, 0].long().tolist())
+        return _tiny(samples)
+
+    with mlperf.SUT(predict, SAMPLES, max_batch=8) as sut:
+        summary = mlperf.run(
+            sut, "SingleStream", min_duration=0.2, min_queries=64, accuracy_log_probability=0.5, folder=tmp_path
+        )
+        with pytest.raises(ValueError, match="from 0 to 1"):
+            mlperf.run(sut, "SingleStream", accuracy_log_probability=1.5, folder=tmp_path)
+    logged = mlperf.read_accuracy(tmp_path, every=True)
+    assert summary.valid and 0 < len(logged) < len(answered)  # a share of the answers, not every one
+    assert summary.fields["accuracy_log_probability"].startswith("0.5")
+    assert all(value == LABELS[index].item() for index, value in logged)  # what predict returned, repeats included
+
+
 def test_server_batches_what_waits_and_reports_the_scheduled_rate(tmp_path):
     sizes = []
 
