@@ -52,6 +52,18 @@ _PUBLISHED = {
 EARLY_STOPPING_QUERIES = {"SingleStream": 64, "MultiStream": 662, "Server": 459}
 
 
+def queries_needed(over: int = 0, percentile: float = 0.99, confidence: float = 0.99) -> int:
+    """The fewest queries early stopping accepts when ``over`` of them miss the bound: LoadGen's binomial test
+    (``loadgen/early_stopping.cc``), the smallest n for which at most ``over`` of n beyond the ``percentile`` has a
+    chance below ``1 - confidence``. ``queries_needed(0)`` is Server's 459; each query over the bound costs more."""
+    n = over + 1
+    while (
+        sum(math.comb(n, k) * (1 - percentile) ** k * percentile ** (n - k) for k in range(over + 1)) >= 1 - confidence
+    ):
+        n += 1
+    return n
+
+
 def _loadgen() -> Any:
     try:
         import mlperf_loadgen

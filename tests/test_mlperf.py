@@ -57,6 +57,11 @@ def test_an_accuracy_run_logs_every_sample_once_with_what_predict_returned(sut, 
     assert all(logged[i] == LABELS[i].item() for i in logged)
 
 
+def test_queries_needed_is_loadgens_binomial_test():
+    assert mlperf.queries_needed(0) == mlperf.EARLY_STOPPING_QUERIES["Server"] == 459
+    assert mlperf.queries_needed(1) == 662 and mlperf.queries_needed(2) > 662  # each miss costs queries
+
+
 def test_a_performance_run_logs_a_share_of_its_answers_as_test01_checks_them(tmp_path):
     answered = []
 
