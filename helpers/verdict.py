@@ -744,6 +744,28 @@ def noise_reason(value: Any) -> str | None:
     return None
 
 
+#: A round of a comparison in which every candidate took more than this many times its own median is a stall of
+#: the machine (another program, the hypervisor), not a candidate's own tail.
+STALL_FACTOR = 3.0
+
+
+def stall_reason(value: Comparison) -> str | None:
+    """Why a comparison's tails (its p99s) cannot carry a decision, or None: rounds in which every candidate took
+    over :data:`STALL_FACTOR` times its own median at once, a stall of the machine. Use it as
+    ``settle(..., flagged=stall_reason)`` where percentiles of single calls decide something."""
+    rows = [m.samples for m in value.measurements.values()]  # one sample per round each, in round order
+    if len(rows) < 2 or len({len(r) for r in rows}) != 1:
+        return None  # not one sample per round for every candidate: rounds cannot be lined up
+    samples = np.asarray(rows)
+    rounds = np.flatnonzero((samples > STALL_FACTOR * np.median(samples, axis=1, keepdims=True)).all(axis=0))
+    if not len(rounds):
+        return None
+    return (
+        f"in {len(rounds)} of its rounds (round {rounds[0] + 1} to {rounds[-1] + 1}) every candidate took over "
+        f"{STALL_FACTOR:g}x its median: a stall of the machine, not of a candidate"
+    )
+
+
 def busy_reason(value: Any) -> str | None:
     """Why the measurements in ``value`` cannot carry a decision for a *paired* comparison, or None: only a busy
     machine refuses it (a candidate's own spread is already in the per-round intervals)."""

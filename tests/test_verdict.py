@@ -348,3 +348,17 @@ def test_independent_is_refused_for_the_samples_of_one_benchmark_run():
     assert verdict(a, b).outcome == "separate sessions"
     with pytest.raises(ValueError, match="one benchmark run"):
         verdict(a, b, independent="two runs")
+
+
+def test_a_stall_of_every_candidate_in_the_same_rounds_is_named_and_a_lone_tail_is_not():
+    from helpers.timing import Measurement
+    from helpers.verdict import stall_reason
+
+    calm = [1e-3] * 40
+    stalled = {n: Measurement(samples=tuple(calm[:10] + [9e-3, 8e-3] + calm[12:]), label=n) for n in "ab"}
+    assert "round 11 to 12" in stall_reason(Comparison(measurements=stalled, baseline="a"))
+    one_tail = {
+        "a": Measurement(samples=tuple(calm[:10] + [9e-3] + calm[11:]), label="a"),
+        "b": Measurement(samples=tuple(calm), label="b"),
+    }
+    assert stall_reason(Comparison(measurements=one_tail, baseline="a")) is None  # a candidate's own tail
