@@ -75,6 +75,7 @@ hub: setup
 lint: setup
 	$(BIN)/ruff check conftest.py helpers tests scripts notebooks hub website
 	$(BIN)/ruff format --check conftest.py helpers tests scripts notebooks hub website
+	$(BIN)/python scripts/check_cells.py
 
 # Apply the layout `make lint` checks.
 format: setup

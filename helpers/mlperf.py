@@ -307,14 +307,13 @@ class Summary:
 _LINE = re.compile(r"^\s*([^:*]+?)\s*:\s*(.*?)\s*$")
 
 
-def read_summary(folder: str | Path) -> Summary:
-    """Parse ``<folder>/mlperf_log_summary.txt`` (see :class:`Summary`)."""
-    path = Path(folder) / "mlperf_log_summary.txt"
-    if not path.is_file():
-        raise FileNotFoundError(f"no LoadGen summary at {path}: run a test there first (helpers.mlperf.run).")
-    text = path.read_text()
+def _summary_sections(text: str) -> tuple[dict[str, str], list[str], list[str]]:
+    """A LoadGen summary's ``key : value`` fields (the first of each key), its early-stopping lines (prefixed with
+    TTFT/TPOT where a run has token latencies) and its recommendations."""
     fields: dict[str, str] = {}
-    early, recs, section, prefix = [], [], None, ""
+    early: list[str] = []
+    recs: list[str] = []
+    section, prefix = None, ""
     for line in text.splitlines():
         stripped = line.strip()
         if "Early Stopping Result" in stripped:  # also "TTFT …" and "TPOT …" in a run with token latencies
@@ -330,6 +329,15 @@ def read_summary(folder: str | Path) -> Summary:
             section[-1:] = [f"{section[-1]} {stripped}"] if section else [stripped]  # a bullet's continuation
         elif m := _LINE.match(line):
             fields.setdefault(m.group(1), m.group(2))
+    return fields, early, recs
+
+
+def read_summary(folder: str | Path) -> Summary:
+    """Parse ``<folder>/mlperf_log_summary.txt`` (see :class:`Summary`)."""
+    path = Path(folder) / "mlperf_log_summary.txt"
+    if not path.is_file():
+        raise FileNotFoundError(f"no LoadGen summary at {path}: run a test there first (helpers.mlperf.run).")
+    fields, early, recs = _summary_sections(path.read_text())
     scenario = fields.get("Scenario", "")
     mode = fields.get("Mode", "")
     checks = {k: v.lower() == "yes" for k, v in fields.items() if k.endswith("satisfied")}

@@ -196,6 +196,38 @@ def roofline(
     return fig
 
 
+def _check_waterfall(steps: Any, values: Any, measurements: Any, verdicts: Any) -> None:
+    if isinstance(steps, (str, bytes)) or not isinstance(steps, (list, tuple)) or not steps:
+        raise TypeError(f"steps must be a non-empty list of step names, got {steps!r}.")
+    check_numbers("values", values, minimum=0, hint="pass one measured value per step")
+    if len(steps) != len(values):
+        raise ValueError("waterfall() needs one value per step, and at least one step.")
+    if measurements is not None and len(measurements) != len(steps):
+        raise ValueError(f"waterfall() got {len(measurements)} measurements for {len(steps)} steps; pass one per step.")
+    if verdicts is None:
+        return
+    if measurements is not None:
+        raise ValueError("waterfall() takes measurements or verdicts, not both: pass the verdicts you took.")
+    if len(verdicts) != len(steps) - 1 or not all(hasattr(v, "outcome") for v in verdicts):
+        raise ValueError(
+            f"waterfall() needs one Verdict per bar after the first ({len(steps) - 1}), got {len(verdicts)}: "
+            "pass helpers.verdict(step, the step it is compared with) for each."
+        )
+
+
+def _waterfall_colors(values: Sequence[float], higher_is_better: bool, measurements: Any, verdicts: Any) -> list[str]:
+    """The first bar neutral; each next one by its verdict (given, or taken from ``measurements``), else by the
+    direction of its value alone."""
+    shade = {"faster": GOOD, "slower": BAD, "within noise": SAME}  # any other outcome is undecided
+    if verdicts is not None:
+        return [NEUTRAL] + [shade.get(v.outcome, UNDECIDED) for v in verdicts]
+    if measurements is not None:
+        pairs = itertools.pairwise(measurements)
+        return [NEUTRAL] + [shade.get(verdict(cur, prev).outcome, UNDECIDED) for prev, cur in pairs]
+    better = [(cur >= prev) if higher_is_better else (cur <= prev) for prev, cur in itertools.pairwise(values)]
+    return [NEUTRAL] + [GOOD if b else BAD for b in better]
+
+
 @_styled
 def waterfall(
     steps: Sequence[str],
@@ -214,32 +246,9 @@ def waterfall(
     alone (and the title says so).
     ``verdicts`` (one :class:`helpers.verdict.Verdict` per bar after the first) colours the bars by verdicts
     already taken instead, e.g. paired ones from interleaved timing, or each against the step it builds on."""
-    if isinstance(steps, (str, bytes)) or not isinstance(steps, (list, tuple)) or not steps:
-        raise TypeError(f"steps must be a non-empty list of step names, got {steps!r}.")
-    check_numbers("values", values, minimum=0, hint="pass one measured value per step")
-    if len(steps) != len(values):
-        raise ValueError("waterfall() needs one value per step, and at least one step.")
-    if measurements is not None and len(measurements) != len(steps):
-        raise ValueError(f"waterfall() got {len(measurements)} measurements for {len(steps)} steps; pass one per step.")
-    if verdicts is not None:
-        if measurements is not None:
-            raise ValueError("waterfall() takes measurements or verdicts, not both: pass the verdicts you took.")
-        if len(verdicts) != len(steps) - 1 or not all(hasattr(v, "outcome") for v in verdicts):
-            raise ValueError(
-                f"waterfall() needs one Verdict per bar after the first ({len(steps) - 1}), got {len(verdicts)}: "
-                "pass helpers.verdict(step, the step it is compared with) for each."
-            )
+    _check_waterfall(steps, values, measurements, verdicts)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(steps)), 4.0))
-    colors = [NEUTRAL]
-    shade = {"faster": GOOD, "slower": BAD, "within noise": SAME}  # any other outcome is undecided
-    if verdicts is not None:
-        colors += [shade.get(v.outcome, UNDECIDED) for v in verdicts]
-    elif measurements is not None:
-        colors += [shade.get(verdict(cur, prev).outcome, UNDECIDED) for prev, cur in itertools.pairwise(measurements)]
-    else:
-        for prev, cur in itertools.pairwise(values):
-            better = cur >= prev if higher_is_better else cur <= prev
-            colors.append(GOOD if better else BAD)
+    colors = _waterfall_colors(values, higher_is_better, measurements, verdicts)
     x = np.arange(len(steps))
     bars = ax.bar(x, values, color=colors, edgecolor=[SAME if c == UNDECIDED else c for c in colors])
     for bar, color in zip(bars, colors, strict=True):

@@ -166,6 +166,22 @@ def _conv_case(dtype: str, dev: torch.device) -> tuple[Callable[[], Any], float,
     )
 
 
+def _roof_sizes(dtype: str, dev: torch.device, sizes: list[int] | None) -> list[int]:
+    """:func:`matmul_roof`'s checked sizes (default: :func:`default_sizes`)."""
+    check_choice("dtype", dtype, sorted(_DTYPES), "pick one of those names.")
+    if sizes is not None:
+        check_ints("sizes", sizes, hint="square matmul sizes to probe, e.g. [256, 512, 1024]")
+    sizes = list(sizes or default_sizes(dev))
+    for n in sizes:
+        check_int("size", n, 1, hint="pass positive matrix sizes, e.g. [256, 512, 1024].")
+    if dtype == "int8" and dev.type == "cuda" and any(n <= 16 or n % 8 for n in sizes):
+        raise ValueError(
+            f"sizes={sizes} is not allowed for int8 on a GPU: torch._int_mm needs sizes above 16 that "
+            "are multiples of 8."
+        )
+    return sizes
+
+
 def matmul_roof(
     dtype: str = "fp32",
     device: DeviceLike = None,
@@ -182,19 +198,9 @@ def matmul_roof(
     take a minute. Returns ``{"flops", "measurement", "size" (the best matmul's n), "source" (the label of the
     best kernel), "predicted" ({size: seconds per call} of the sizes not run)}``; ``flops`` is NaN when this
     device cannot run the dtype (int8 matmul on MPS)."""
-    check_choice("dtype", dtype, sorted(_DTYPES), "pick one of those names.")
     dev = choose_device(device)
     budget = pick(0.5, 1.5) if budget is None else check_number("budget", budget, positive=True)
-    if sizes is not None:
-        check_ints("sizes", sizes, hint="square matmul sizes to probe, e.g. [256, 512, 1024]")
-    sizes = list(sizes or default_sizes(dev))
-    for n in sizes:
-        check_int("size", n, 1, hint="pass positive matrix sizes, e.g. [256, 512, 1024].")
-    if dtype == "int8" and dev.type == "cuda" and any(n <= 16 or n % 8 for n in sizes):
-        raise ValueError(
-            f"sizes={sizes} is not allowed for int8 on a GPU: torch._int_mm needs sizes above 16 that "
-            "are multiples of 8."
-        )
+    sizes = _roof_sizes(dtype, dev, sizes)
     none = {"flops": math.nan, "measurement": None, "size": None, "source": None, "predicted": {}}
     probes = {}
     try:
@@ -1368,6 +1374,28 @@ def choose_roof(
     return False, f"both clean and within {allowed:.0%} of each other"
 
 
+def _choice_line(name: str, take: bool, why: str, new_value: float, old_value: float, stored_at: str) -> str:
+    """What :func:`_merge` kept for limit ``name`` (this run's value or the stored one) and why, in its unit."""
+    unit, scale = {"bandwidth": ("GB/s", 1e9), "dispatch": ("µs", 1e-6)}.get(
+        name, ("GOP/s" if name == "int8" else "GFLOP/s", 1e9)
+    )
+    kept, other = (new_value, old_value) if take else (old_value, new_value)
+    return (
+        f"{kept / scale:,.1f} {unit} ({'this run' if take else 'stored ' + stored_at[:16]}) "
+        f"over {other / scale:,.1f} ({'stored' if take else 'this run'}): {why}"
+    )
+
+
+def _set_limit(rf: Roofline, name: str, value: float) -> None:
+    """Set limit ``name`` of ``rf`` (a dtype's peak, "bandwidth" or "dispatch")."""
+    if name == "bandwidth":
+        rf.bandwidth = value
+    elif name == "dispatch":
+        rf.dispatch_latency = value
+    else:
+        rf.peak_flops[name] = value
+
+
 def _merge(old: Roofline, new: Roofline) -> Roofline:
     """Each limit ``new`` measured is stored or not by :func:`choose_roof` (with its spread, size, source and
     noise flag); a limit ``new`` did not measure is taken from ``old``. ``new.choices`` records, per limit
@@ -1401,21 +1429,9 @@ def _merge(old: Roofline, new: Roofline) -> Roofline:
             take = new_value < old_value if name == "dispatch" else new_value > old_value
             why = f"the two come from different kernels ({sizes[1]} this run, {sizes[0]} stored): the better stands"
         if math.isfinite(new_value) and math.isfinite(old_value):
-            unit, scale = {"bandwidth": ("GB/s", 1e9), "dispatch": ("µs", 1e-6)}.get(
-                name, ("GOP/s" if name == "int8" else "GFLOP/s", 1e9)
-            )
-            kept, other = (new_value, old_value) if take else (old_value, new_value)
-            new.choices[name] = (
-                f"{kept / scale:,.1f} {unit} ({'this run' if take else 'stored ' + old.measured_at[:16]}) "
-                f"over {other / scale:,.1f} ({'stored' if take else 'this run'}): {why}"
-            )
+            new.choices[name] = _choice_line(name, take, why, new_value, old_value, old.measured_at)
         if not take:
-            if name == "bandwidth":
-                new.bandwidth = old.bandwidth
-            elif name == "dispatch":
-                new.dispatch_latency = old.dispatch_latency
-            else:
-                new.peak_flops[name] = old_value
+            _set_limit(new, name, old_value)
             keep_old(name)
     for kind, value in old.h2d_bandwidth.items():
         new.h2d_bandwidth.setdefault(kind, value)
@@ -1485,6 +1501,22 @@ def _roof_column(dtype: str) -> str:
     return f"{dtype} {'GOP/s' if dtype == 'int8' else 'GFLOP/s'}"
 
 
+def _reference_roof_cell(r: Any) -> dict[str, float]:
+    """One recorded roofline row as ``{column: value}`` in :func:`compare_with_reference`'s units."""
+    matmul_names = {matmul_variant(k): k for k in _DTYPES}
+    h2d_names = {h2d_variant(k): k for k in ("pinned", "pageable")}
+    variant = r["variant"]
+    if variant in matmul_names:
+        return {_roof_column(matmul_names[variant]): r["flops"] / 1e9}
+    if variant == BANDWIDTH_VARIANT:
+        return {"memory GB/s": r["bytes_per_s"] / 1e9}
+    if variant == DISPATCH_VARIANT:
+        return {"µs per tiny op": r["seconds"] * 1e6}
+    if variant in h2d_names:
+        return {f"H2D {h2d_names[variant]} GB/s": r["bytes_per_s"] / 1e9}
+    return {}
+
+
 def compare_with_reference(rf: Roofline | None = None) -> Any:
     """One row per machine: the rooflines recorded in ``data/reference/`` by notebook 00, plus ``rf`` (this
     machine, when given), in readable units."""
@@ -1500,19 +1532,9 @@ def compare_with_reference(rf: Roofline | None = None) -> Any:
         note = reference_note(str(other))
         if note:  # the same CPU model with other features: said, never shown as this machine
             print(note)
-    matmul_names = {matmul_variant(k): k for k in _DTYPES}
-    h2d_names = {h2d_variant(k): k for k in ("pinned", "pageable")}
     for _, r in ref.iterrows():
         row = rows.setdefault(f"{r['machine_id']} (reference, {r['mode']} mode, {str(r['time'])[:10]})", {})
-        variant = r["variant"]
-        if variant in matmul_names:
-            row[_roof_column(matmul_names[variant])] = r["flops"] / 1e9
-        elif variant == BANDWIDTH_VARIANT:
-            row["memory GB/s"] = r["bytes_per_s"] / 1e9
-        elif variant == DISPATCH_VARIANT:
-            row["µs per tiny op"] = r["seconds"] * 1e6
-        elif variant in h2d_names:
-            row[f"H2D {h2d_names[variant]} GB/s"] = r["bytes_per_s"] / 1e9
+        row.update(_reference_roof_cell(r))
     if rf is not None:
         row = rows.setdefault(f"{rf.machine_id} (this run, {course_mode()} mode)", {})
         row.update({_roof_column(k): v / 1e9 for k, v in rf.peak_flops.items()})

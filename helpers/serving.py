@@ -163,7 +163,9 @@ def _run_generator(spec: Path, out: Path, limit: float) -> None:
             text=True,
         )
     proc = _generator
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    assert proc.stderr is not None
     proc.stdin.write(f"{spec} {out}\n")
     proc.stdin.flush()
     ready, _, _ = select.select([proc.stdout], [], [], limit)

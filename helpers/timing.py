@@ -689,22 +689,12 @@ def interleaved(
     sample), outside the timed region: e.g. :func:`cache_flusher`'s, so the call is timed with cold caches, or
     one that gives the candidate state it needs (its own KV cache); such a candidate takes one call per sample.
     """
-    if not isinstance(candidates, Mapping) or len(candidates) < 2:
-        raise ValueError("interleaved() needs a dict of at least two labelled callables: {'eager': lambda: ..., ...}.")
-    for name, fn in candidates.items():
-        check_callable(f"candidates[{name!r}]", fn, "map each label to a zero-argument callable.")
-    check_int("warmup", warmup, 0, hint="use 0 to skip warm-up.")
-    check_int("repeats", repeats, 1, hint=f"the most rounds (20 is usual; {MIN_ROUNDS} are always taken).")
+    _check_interleaved(candidates, warmup, repeats, min_sample_time, setup)
     repeats = max(repeats, MIN_ROUNDS)
-    check_number("min_sample_time", min_sample_time, positive=True, hint="pass seconds, e.g. 1e-3.")
     budget = default_budget() * len(candidates) if budget == "default" else budget
     check_number("budget", budget, positive=True, allow_none=True, hint="pass seconds for all rounds, or None.")
     labels = list(candidates)
     setup = dict(setup or {})
-    for name, fn in setup.items():
-        if name not in candidates:
-            raise ValueError(f"setup names {name!r}, which is not a candidate: one of {labels}.")
-        check_callable(f"setup[{name!r}]", fn, "map a label to a zero-argument call made before each sample.")
     per_item = (
         {name: items.get(name) for name in labels} if isinstance(items, Mapping) else dict.fromkeys(labels, items)
     )
@@ -763,6 +753,20 @@ def interleaved(
         )
         for name in labels
     }
+
+
+def _check_interleaved(candidates: Any, warmup: Any, repeats: Any, min_sample_time: Any, setup: Any) -> None:
+    if not isinstance(candidates, Mapping) or len(candidates) < 2:
+        raise ValueError("interleaved() needs a dict of at least two labelled callables: {'eager': lambda: ..., ...}.")
+    for name, fn in candidates.items():
+        check_callable(f"candidates[{name!r}]", fn, "map each label to a zero-argument callable.")
+    check_int("warmup", warmup, 0, hint="use 0 to skip warm-up.")
+    check_int("repeats", repeats, 1, hint=f"the most rounds (20 is usual; {MIN_ROUNDS} are always taken).")
+    check_number("min_sample_time", min_sample_time, positive=True, hint="pass seconds, e.g. 1e-3.")
+    for name, fn in (setup or {}).items():
+        if name not in candidates:
+            raise ValueError(f"setup names {name!r}, which is not a candidate: one of {list(candidates)}.")
+        check_callable(f"setup[{name!r}]", fn, "map a label to a zero-argument call made before each sample.")
 
 
 def _rounds(

@@ -797,8 +797,10 @@ def test_a_metric_cannot_overwrite_a_column_of_the_table():
     old = results.make_record(M, notebook="00_x", experiment="e", variant="v", metrics={"images_per_s": 5.0})
     old["metrics"] = {"throughput": 5.0, "device": 1.0}
     frame = results.to_frame([old])
-    assert frame.loc[0, "metric_throughput"] == 5.0 and frame.loc[0, "throughput"] == pytest.approx(M.throughput)
-    assert frame.loc[0, "device"] == "cpu" and frame.loc[0, "metric_device"] == 1.0
+    assert frame.loc[0, "metric_throughput"] == 5.0
+    assert frame.loc[0, "throughput"] == pytest.approx(M.throughput)
+    assert frame.loc[0, "device"] == "cpu"
+    assert frame.loc[0, "metric_device"] == 1.0
 
 
 def test_sweep_refuses_inputs_that_are_not_the_batch_it_counts():
@@ -838,7 +840,8 @@ def test_the_stderr_filter_passes_lines_on_before_the_process_dies():
         finally:
             watchdog.cancel()
     assert proc.returncode == 3, "".join(seen)
-    assert "keep me\n" in seen and "profiler_start" not in "".join(seen)
+    assert "keep me\n" in seen
+    assert "profiler_start" not in "".join(seen)
 
 
 def test_the_stderr_filter_keeps_the_last_words_of_a_process_killed_at_once():
@@ -858,7 +861,8 @@ def test_the_stderr_filter_keeps_the_last_words_of_a_process_killed_at_once():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3
-    assert "fatal: last words" in done.stderr and "profiler_start" not in done.stderr
+    assert "fatal: last words" in done.stderr
+    assert "profiler_start" not in done.stderr
 
 
 @pytest.mark.parametrize(
@@ -881,7 +885,8 @@ def test_scripts_refuse_a_bad_number_with_a_usage_line(script, args):
         timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr and "error: argument" in proc.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in proc.stderr
+    assert "error: argument" in proc.stderr.strip().splitlines()[-1]
 
 
 def test_time_together_names_an_option_it_does_not_take():

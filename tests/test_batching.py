@@ -53,7 +53,8 @@ def test_oom_safe_search_with_a_simulated_limit():
             raise torch.OutOfMemoryError(f"simulated OOM at {b}")
 
     result = oom.largest_fitting_batch(try_batch)
-    assert result.largest == limit and not result.hit_limit
+    assert result.largest == limit
+    assert not result.hit_limit
     assert seen[:11] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]  # doubling, then bisection
     assert len(seen) <= 11 + 10
     assert all(ok == (b <= limit) for b, ok in result.attempts)
@@ -104,7 +105,8 @@ def test_latency_model_interpolates_and_extrapolates():
 
 def test_stability_and_a_known_queue():
     service = batching.latency_model([1, 8], [0.01, 0.02])
-    assert batching.is_stable(50, 1, service) and not batching.is_stable(150, 1, service)
+    assert batching.is_stable(50, 1, service)
+    assert not batching.is_stable(150, 1, service)
     assert batching.is_stable(150, 8, service)
     # max batch 1, no timeout, constant 10 ms service, arrivals at 50/s (M/D/1 at 50 % load):
     # the mean wait is rho / (2 mu (1 - rho)) = 0.5 / (2 * 100 * 0.5) = 5 ms, so the mean latency is 15 ms
@@ -122,7 +124,8 @@ def test_server_simulation_light_and_heavy_load():
     assert heavy.batch_sizes.mean() > 30  # full batches
     capacity = 32 / service(32)
     assert heavy.throughput <= capacity * 1.01
-    assert (heavy.latencies > 0).all() and len(heavy.latencies) == 5000
+    assert (heavy.latencies > 0).all()
+    assert len(heavy.latencies) == 5000
     with pytest.raises(ValueError):
         batching.simulate_server(rate=0, max_batch=1, timeout=0, service=service)
 
@@ -132,8 +135,10 @@ def test_sweep_measures_every_batch():
     table, ms = batching.sweep(
         model, lambda b: torch.randn(b, 16), [1, 2, 4], device="cpu", repeats=3, number=1, measure_memory=True
     )
-    assert list(table.index) == [1, 2, 4] and len(ms) == 3
-    assert (table["samples"] == 3).all() and all(m.number == 1 for m in ms)
+    assert list(table.index) == [1, 2, 4]
+    assert len(ms) == 3
+    assert (table["samples"] == 3).all()
+    assert all(m.number == 1 for m in ms)
     assert table.loc[4, "peak_bytes"] == 4 * 4 * 4  # the output of one call: 4 × 4 fp32
     assert table.loc[2, "throughput"] == pytest.approx(2 / table.loc[2, "p50"])
     with pytest.raises(ValueError):
@@ -153,13 +158,16 @@ def test_sampled_latency_draws_the_measured_tail_and_repeats_with_the_seed():
     fast = [1e-3] * 90 + [5e-3] * 10  # batch 1: a 10 % tail at 5 ms
     sampled = batching.SampledLatency([1, 4], [fast, [4e-3] * 100])
     draws = [sampled(1) for _ in range(2000)]
-    assert min(draws) == pytest.approx(1e-3) and max(draws) == pytest.approx(5e-3)
+    assert min(draws) == pytest.approx(1e-3)
+    assert max(draws) == pytest.approx(5e-3)
     assert 0.05 < sum(d > 2e-3 for d in draws) / len(draws) < 0.2  # the tail, at about its measured share
-    assert sampled.median(1) == pytest.approx(1e-3) and sampled(8) == pytest.approx(8e-3)  # beyond: proportional
+    assert sampled.median(1) == pytest.approx(1e-3)
+    assert sampled(8) == pytest.approx(8e-3)  # beyond: proportional
     a = batching.simulate_server(500, 4, 1e-3, sampled, n_requests=2000, seed=3).latencies
     b = batching.simulate_server(500, 4, 1e-3, sampled, n_requests=2000, seed=3).latencies
     median_only = batching.simulate_server(500, 4, 1e-3, sampled.median, n_requests=2000, seed=3).latencies
-    assert (a == b).all() and np.percentile(a, 99) > np.percentile(median_only, 99)
+    assert (a == b).all()
+    assert np.percentile(a, 99) > np.percentile(median_only, 99)
     for bad in ([[1e-3]], [[1e-3], []], "ab"):
         with pytest.raises(ValueError):
             batching.SampledLatency([1, 4], bad)
@@ -173,7 +181,8 @@ def test_sampled_latency_draws_each_quantile_at_its_share_not_the_maximum_at_one
     assert 0.008 < (draws > measured_p99 * 1.0001).mean() < 0.012  # above the measured p99: 1 % of the draws
     assert 0.003 < (draws > 11e-3).mean() < 0.007  # the stall's half of the top stretch: its 0.5 %, not 1 %
     assert np.percentile(draws, 99) < 5e-3  # the p99 of the draws is near the measured one, not at the stall
-    assert draws.max() <= 20e-3 and draws.min() >= 1e-3
+    assert draws.max() <= 20e-3
+    assert draws.min() >= 1e-3
 
 
 def test_shape_buckets_are_powers_of_two_up_to_the_batch_and_at_most_eight():
@@ -182,7 +191,8 @@ def test_shape_buckets_are_powers_of_two_up_to_the_batch_and_at_most_eight():
     assert batching.shape_buckets(48) == [1, 2, 4, 8, 16, 32, 48]
     assert batching.shape_buckets(1024) == [1, 16, 32, 64, 128, 256, 512, 1024]  # 1, then the largest
     assert batching.shape_buckets(64, most=3) == [1, 32, 64]
-    assert batching.bucket_for(3, [1, 2, 4, 8]) == 4 and batching.bucket_for(8, [8, 1]) == 8
+    assert batching.bucket_for(3, [1, 2, 4, 8]) == 4
+    assert batching.bucket_for(8, [8, 1]) == 8
     with pytest.raises(ValueError, match="fits none of the buckets"):
         batching.bucket_for(9, [1, 2, 4, 8])
     for bad in (0, 2.5, True):
@@ -192,8 +202,10 @@ def test_shape_buckets_are_powers_of_two_up_to_the_batch_and_at_most_eight():
 
 def test_padded_sampled_latency_charges_a_partial_batch_its_bucket():
     sampled = batching.SampledLatency([1, 4, 8], [[1e-3] * 20, [2e-3] * 20, [6e-3] * 20], padded=True)
-    assert sampled(3) == pytest.approx(2e-3) and sampled(5) == pytest.approx(6e-3)  # the bucket's time
-    assert sampled.median(5) == pytest.approx(6e-3) and sampled.median(16) == pytest.approx(12e-3)  # beyond
+    assert sampled(3) == pytest.approx(2e-3)
+    assert sampled(5) == pytest.approx(6e-3)
+    assert sampled.median(5) == pytest.approx(6e-3)
+    assert sampled.median(16) == pytest.approx(12e-3)  # the bucket's time; beyond
     plain = batching.SampledLatency([1, 4, 8], [[1e-3] * 20, [2e-3] * 20, [6e-3] * 20])
     assert plain(6) == pytest.approx(4e-3)  # not padded: interpolated
     result = batching.simulate_server(300, 8, 1e-3, sampled, n_requests=500)
@@ -205,29 +217,34 @@ def test_p99_over_seeds_pairs_settings_on_the_same_traces_and_ties_what_it_canno
     service = batching.latency_model(batches, [1e-3 * (1 + b / 8) for b in batches])
     rate = 0.5 * 32 / service(32)  # half the capacity of full batches of 32
     cmp, unstable = batching.p99_over_seeds(rate, batches, 2e-3, service, n_requests=2000, seeds=6)
-    assert unstable and max(unstable) < min(cmp[label].meta["max_batch"] for label in cmp.labels)
+    assert unstable
+    assert max(unstable) < min(cmp[label].meta["max_batch"] for label in cmp.labels)
     assert all(cmp[label].n == 6 for label in cmp.labels)
     assert len({cmp[label].session for label in cmp.labels}) == 1  # one session: the seeds are its rounds
     again, _ = batching.p99_over_seeds(rate, batches, 2e-3, service, n_requests=2000, seeds=6)
     assert [cmp[label].samples for label in cmp.labels] == [again[label].samples for label in again.labels]
     best, tied = batching.tied_settings(cmp)
-    assert best in tied and tied == sorted(tied)
+    assert best in tied
+    assert tied == sorted(tied)
     # every tied setting is within the noise of the best; every other one is decided against it
     decided = {cmp[v.baseline].meta["max_batch"] for v in cmp.winner()[1] if v.decided}
-    assert decided.isdisjoint(tied) and decided | set(tied) == {cmp[label].meta["max_batch"] for label in cmp.labels}
+    assert decided.isdisjoint(tied)
+    assert decided | set(tied) == {cmp[label].meta["max_batch"] for label in cmp.labels}
     with pytest.raises(ValueError, match="at least"):
         batching.p99_over_seeds(rate, batches, 2e-3, service, seeds=2)
     with pytest.raises(TypeError, match="Comparison"):
         batching.tied_settings({"max batch 1": cmp[cmp.labels[0]]})
     none, all_unstable = batching.p99_over_seeds(1e9, [1, 2], 0.0, service, seeds=6)
-    assert none is None and all_unstable == [1, 2]
+    assert none is None
+    assert all_unstable == [1, 2]
 
 
 def test_p99_over_seeds_compares_timeouts_at_one_max_batch():
     batches = [1, 2, 4, 8]
     service = batching.latency_model(batches, [1e-3 * (1 + b / 8) for b in batches])
     cmp, unstable = batching.p99_over_seeds(50.0, [8, 8, 8], [0.0, 1e-3, 1e-2], service, n_requests=1000, seeds=6)
-    assert not unstable and cmp.labels == ["timeout 0 s", "timeout 0.001 s", "timeout 0.01 s"]
+    assert not unstable
+    assert cmp.labels == ["timeout 0 s", "timeout 0.001 s", "timeout 0.01 s"]
     assert [cmp[label].meta["timeout"] for label in cmp.labels] == [0.0, 1e-3, 1e-2]
     assert cmp.verdict("timeout 0.01 s").slower  # waiting 10 ms for company at a light load only adds latency
     with pytest.raises(ValueError, match="one per max batch"):
@@ -240,14 +257,19 @@ def test_capacity_at_target_finds_the_rate_where_a_constraint_binds_and_says_whi
 
     limit = 8 / service(8)
     by_ceiling = batching.capacity_at_target(service, 8, 0.0005, p99_target=1.0, ceiling=0.5, n_requests=3000)
-    assert by_ceiling.binds == "the utilisation ceiling" and by_ceiling.busy <= 0.5 < by_ceiling.busy + 0.05
-    assert by_ceiling.stability_limit == pytest.approx(limit) and 0 < by_ceiling.rate < limit
+    assert by_ceiling.binds == "the utilisation ceiling"
+    assert by_ceiling.busy <= 0.5 < by_ceiling.busy + 0.05
+    assert by_ceiling.stability_limit == pytest.approx(limit)
+    assert 0 < by_ceiling.rate < limit
     by_target = batching.capacity_at_target(service, 8, 0.0005, p99_target=0.004, ceiling=1.0, n_requests=3000)
-    assert by_target.binds == "the p99 target" and by_target.p99 <= 0.004
+    assert by_target.binds == "the p99 target"
+    assert by_target.p99 <= 0.004
     free = batching.capacity_at_target(service, 8, 0.0005, p99_target=10.0, ceiling=1.0, n_requests=3000)
-    assert free.binds == "stability" and free.rate == pytest.approx(limit, rel=0.01)
+    assert free.binds == "stability"
+    assert free.rate == pytest.approx(limit, rel=0.01)
     impossible = batching.capacity_at_target(service, 8, 0.0005, p99_target=0.0005, ceiling=1.0, n_requests=3000)
-    assert impossible.rate == 0 and "no rate" in impossible.sentence()
+    assert impossible.rate == 0
+    assert "no rate" in impossible.sentence()
     with pytest.raises(ValueError, match="ceiling"):
         batching.capacity_at_target(service, 8, 0.0005, p99_target=0.01, ceiling=1.5)
 
@@ -263,27 +285,33 @@ def test_a_preemption_tail_is_named_and_an_ordinary_spread_is_not():
     # the panel's case: a 142 µs call whose p99 is 8.5 ms (a few calls waited for a time slice)
     tail = quiet[:1] + [Measurement(samples=tuple([1.42e-4] * 196 + [8.5e-3] * 4), label="b2")]
     line = batching.tail_warning([1, 2], tail)
-    assert line and "batch 2" in line and "batch 1" not in line and "preemption" in line
+    assert line
+    assert "batch 2" in line
+    assert "batch 1" not in line
+    assert "preemption" in line
     with pytest.raises(ValueError):
         batching.tail_warning([1, 2, 4], quiet)
 
 
 def test_a_p99_target_is_met_only_within_its_order_statistic_bound_and_missed_only_beyond_the_interval():
     calls = [1e-3] * 290 + [2e-3] * 8 + [3e-3, 4e-3]  # 300 calls, p99 ≈ 2-3 ms, slowest 4 ms
-    assert batching.P99_CALLS == 299 and 1 - 0.99**299 >= 0.95 > 1 - 0.99**298
+    assert batching.P99_CALLS == 299
+    assert 1 - 0.99**299 >= 0.95 > 1 - 0.99**298
     assert batching.p99_against(calls, 5e-3) == "meets"  # none of 300 over it
     assert batching.p99_against(calls[10:], 5e-3) == "undecided"  # 290 calls: their slowest vouches for less
     assert batching.p99_against(calls, 3.5e-3) == "undecided"  # the point p99 is under it, one call is not
     assert batching.p99_against(calls, 1.5e-3) == "misses"  # even the interval's low end (2 ms) is above
     assert batching.p99_against(calls[:50], 5e-3) == "undecided"  # 50 calls cannot vouch for a p99
-    assert batching._lower_rank(200) == 195 and batching._lower_rank(9) == 8
+    assert batching._lower_rank(200) == 195
+    assert batching._lower_rank(9) == 8
     # one slow call does not block a batch for good: 473 calls allow one over the target, 628 two
     assert [batching.allowed_over(n) for n in (298, 299, 472, 473, 628)] == [None, 0, 0, 1, 2]
-    assert batching.calls_to_meet(0) == 299 and batching.calls_to_meet(1) == 473 and batching.calls_to_meet(2) == 628
+    assert batching.calls_to_meet(0) == 299
+    assert batching.calls_to_meet(1) == 473
+    assert batching.calls_to_meet(2) == 628
     one_slow = [1e-3] * 472 + [9e-3]
-    assert (
-        batching.p99_against(one_slow[-300:], 5e-3) == "undecided" and batching.p99_against(one_slow, 5e-3) == "meets"
-    )
+    assert batching.p99_against(one_slow[-300:], 5e-3) == "undecided"
+    assert batching.p99_against(one_slow, 5e-3) == "meets"
     assert batching.p99_against([1e-3] * 471 + [9e-3] * 2, 5e-3) == "undecided"  # two over: 628 calls needed
 
 
@@ -306,7 +334,8 @@ def test_graphed_records_each_shape_once_and_replays_into_the_recorded_input():
     model = torch.nn.Linear(3, 2)
     with torch.no_grad():
         run = batching.graphed(model, lambda b: torch.zeros(b, 3), [1, 2, 4, 8], record=record)
-        assert recorded == [8, 1, 4, 2] and run.shapes == (1, 2, 4, 8)  # largest and smallest first
+        assert recorded == [8, 1, 4, 2]
+        assert run.shapes == (1, 2, 4, 8)  # largest and smallest first
         x = torch.randn(4, 3)
         torch.testing.assert_close(run(x), model(x))  # the batch was copied into the recorded input
         with pytest.raises(KeyError):

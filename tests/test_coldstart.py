@@ -50,10 +50,12 @@ def test_a_launch_is_a_new_interpreter_that_checks_its_answer(replica):
     assert run.extra["pid"] != os.getpid()  # the model was loaded in another process
     assert run.extra["inductor_cache"] == str(run.cache.inductor)  # with the caches it was given
     assert run.max_abs_error <= 1e-6
-    assert set(run.phases) == set(coldstart.PHASES) and all(s >= 0 for s in run.phases.values())
+    assert set(run.phases) == set(coldstart.PHASES)
+    assert all(s >= 0 for s in run.phases.values())
     assert run.phases["import torch"] > 0.05  # a real import of torch, not an already warm interpreter
     assert run.first_answer <= wall  # stamped between the parent's launch and the child's answer
-    assert run.steady.n >= 3 and run.cache_files == (0, 0)
+    assert run.steady.n >= 3
+    assert run.cache_files == (0, 0)
 
 
 def test_a_wrong_first_answer_fails_in_the_replica(replica):
@@ -81,11 +83,14 @@ def test_launches_give_one_sample_per_process(replica):
     rows = coldstart.launches(
         write(), 2, earlier=[first], inputs=x, expected=expected, artifacts=folder, budget=0.0, label="tiny"
     )
-    assert len(rows.launches) == 2 and rows.launches[0] is first
+    assert len(rows.launches) == 2
+    assert rows.launches[0] is first
     assert rows.launches[1].extra["pid"] != first.extra["pid"]
-    assert rows.first_answer.n == 2 and rows.label == "tiny"
+    assert rows.first_answer.n == 2
+    assert rows.label == "tiny"
     table = coldstart.table([rows], {"tiny": 0.5})
-    assert table.loc["tiny", "launches"] == 2 and table.loc["tiny", "artifact MiB"] == 0.5
+    assert table.loc["tiny", "launches"] == 2
+    assert table.loc["tiny", "artifact MiB"] == 0.5
 
 
 def test_bad_arguments_get_one_line(replica, tmp_path):

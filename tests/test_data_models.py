@@ -20,13 +20,17 @@ def test_digits_split_is_fixed_disjoint_and_stratified():
     x_train, y_train = data.load_digits("train")
     x_test, y_test = data.load_digits("test")
     x_all, y_all = data.load_digits("all")
-    assert x_all.shape == (1797, 1, 8, 8) and x_all.dtype == torch.float32
-    assert len(y_train) + len(y_test) == 1797 and len(y_test) == 360
-    assert 0.0 <= float(x_all.min()) and float(x_all.max()) == 1.0
+    assert x_all.shape == (1797, 1, 8, 8)
+    assert x_all.dtype == torch.float32
+    assert len(y_train) + len(y_test) == 1797
+    assert len(y_test) == 360
+    assert 0.0 <= float(x_all.min())
+    assert float(x_all.max()) == 1.0
     raw = torch.load(data.DIGITS_FILE, weights_only=True)
     assert not set(raw["train_index"].tolist()) & set(raw["test_index"].tolist())
     counts = torch.bincount(y_test, minlength=10)
-    assert counts.min() >= 34 and counts.max() <= 38  # every digit ~10 % of the test set
+    assert counts.min() >= 34
+    assert counts.max() <= 38  # every digit ~10 % of the test set
 
 
 def test_digits_loader():
@@ -72,12 +76,16 @@ def test_photo_pipeline_decode_resize_normalise():
     paths = data.photo_paths()
     assert len(paths) == 6
     raw = data.read_photo(paths[0])
-    assert raw.dtype == torch.uint8 and raw.shape[0] == 3 and min(raw.shape[1:]) >= 300
+    assert raw.dtype == torch.uint8
+    assert raw.shape[0] == 3
+    assert min(raw.shape[1:]) >= 300
     ds = data.PhotoDataset(size=96, repeat=2)
     assert len(ds) == 12
     item = ds[7]
-    assert item.shape == (3, 96, 96) and item.dtype == torch.float32
-    assert -3.0 < float(item.mean()) < 3.0 and float(item.std()) > 0.1  # normalised, not constant
+    assert item.shape == (3, 96, 96)
+    assert item.dtype == torch.float32
+    assert -3.0 < float(item.mean()) < 3.0
+    assert float(item.std()) > 0.1  # normalised, not constant
     with pytest.raises(IndexError):
         ds[12]
     with pytest.raises(ValueError):
@@ -163,7 +171,8 @@ def test_the_capstone_resnet_is_real_size_at_both_served_sizes():
 def test_the_shipped_resnet_reaches_its_recorded_accuracy_at_the_cpu_size():
     metrics = models.resnet_metrics()
     model = models.digits_resnet("cpu")
-    assert not model.training and all(p.dtype == torch.float32 for p in model.parameters())
+    assert not model.training
+    assert all(p.dtype == torch.float32 for p in model.parameters())
     raw, labels = data.load_digits_raw("test")
     size = models.RESNET_SIZES["cpu"]
     acc = models.accuracy(model, data.upscale_digits(raw, size), labels)
@@ -171,21 +180,25 @@ def test_the_shipped_resnet_reaches_its_recorded_accuracy_at_the_cpu_size():
     assert abs(acc - metrics["served"]["cpu"]["test_accuracy"]) <= 1.5 / len(labels)  # a digit of rounding
     gpu_size = models.RESNET_SIZES["gpu"]  # the same weights with the 48×48 statistics, measured here on the CPU
     at_48 = models.accuracy(models.digits_resnet("cpu", size=gpu_size), data.upscale_digits(raw, gpu_size), labels)
-    assert at_48 >= 0.97 and abs(at_48 - metrics["served"]["gpu"]["test_accuracy"]) <= 1.5 / len(labels)
+    assert at_48 >= 0.97
+    assert abs(at_48 - metrics["served"]["gpu"]["test_accuracy"]) <= 1.5 / len(labels)
     untrained = models.digits_resnet("cpu", trained=False)
     assert models.accuracy(untrained, data.upscale_digits(raw, size), labels) < 0.5
     with pytest.raises(ValueError) as info:  # batch norm is calibrated at the served sizes only
         models.digits_resnet("cpu", size=32)
-    assert one_line(info.value) and "16, 48" in str(info.value)
+    assert one_line(info.value)
+    assert "16, 48" in str(info.value)
 
 
 def test_shifted_digits_move_each_digit_by_one_pixel():
     raw, labels = data.load_digits_raw("test")
     images, shifted_labels = data.shifted_digits("test")
-    assert images.shape == (9 * len(raw), 8, 8) and torch.equal(shifted_labels, labels.repeat(9))
+    assert images.shape == (9 * len(raw), 8, 8)
+    assert torch.equal(shifted_labels, labels.repeat(9))
     assert torch.equal(images[: len(raw)], raw)  # the unshifted copy first
     down = images[len(raw) * data.SHIFTS.index((1, 0)) :][: len(raw)]  # one row down: row 0 comes in as zeros
-    assert torch.equal(down[:, 1:], raw[:, :-1]) and int(down[:, 0].abs().sum()) == 0
+    assert torch.equal(down[:, 1:], raw[:, :-1])
+    assert int(down[:, 0].abs().sum()) == 0
     with pytest.raises(ValueError) as info:
         data.shifted_digits("test", shifts=10)
     assert one_line(info.value)
@@ -194,8 +207,10 @@ def test_shifted_digits_move_each_digit_by_one_pixel():
 def test_upscaled_digits_are_the_models_input():
     raw, _ = data.load_digits_raw("test")
     x = data.upscale_digits(raw[:3], 16)
-    assert x.shape == (3, 1, 16, 16) and x.dtype == torch.float32
-    assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0
+    assert x.shape == (3, 1, 16, 16)
+    assert x.dtype == torch.float32
+    assert 0.0 <= float(x.min())
+    assert float(x.max()) <= 1.0
     with pytest.raises(ValueError) as info:
         data.upscale_digits(raw[:3], 4)
     assert one_line(info.value)
@@ -210,16 +225,20 @@ def test_digit_jpegs_are_built_once_and_decode_to_the_models_input(tmp_path, mon
     monkeypatch.setenv("COURSE_OUTPUTS", str(tmp_path))
     paths, labels = data.digits_jpegs(16)
     raw, test_labels = data.load_digits_raw("test")
-    assert len(paths) == len(raw) and torch.equal(labels, test_labels)
+    assert len(paths) == len(raw)
+    assert torch.equal(labels, test_labels)
     decoded = np.array(Image.open(io.BytesIO(paths[5].read_bytes())))  # a writable copy
-    assert decoded.shape == (16, 16) and decoded.dtype == np.uint8
+    assert decoded.shape == (16, 16)
+    assert decoded.dtype == np.uint8
     exact = data.upscale_digits(raw[5:6], 16)[0, 0] * 255
     assert float((torch.from_numpy(decoded).float() - exact).abs().mean()) < 8  # JPEG's loss, small at q90
     stamp = paths[0].stat().st_mtime_ns
-    assert data.digits_jpegs(16)[0] == paths and paths[0].stat().st_mtime_ns == stamp  # reused, not rebuilt
+    assert data.digits_jpegs(16)[0] == paths
+    assert paths[0].stat().st_mtime_ns == stamp  # reused, not rebuilt
     paths[3].unlink()  # an incomplete folder is rebuilt whole
     again, _ = data.digits_jpegs(16)
-    assert again[3].is_file() and len(list(again[0].parent.iterdir())) == len(raw)
+    assert again[3].is_file()
+    assert len(list(again[0].parent.iterdir())) == len(raw)
     assert not [p for p in again[0].parent.parent.iterdir() if p.name.startswith(again[0].parent.name + ".")]
 
 
@@ -236,7 +255,8 @@ def test_the_resnet_training_script_runs_and_writes_what_it_measured(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     metrics = json.loads((tmp_path / "digits_resnet.json").read_text())
-    assert set(metrics["served"]) == {"cpu", "gpu"} and metrics["epochs"] == 1
+    assert set(metrics["served"]) == {"cpu", "gpu"}
+    assert metrics["epochs"] == 1
     saved = torch.load(tmp_path / "digits_resnet.pt", weights_only=True)
     assert all(v.dtype == torch.bfloat16 for v in saved["weights"].values() if v.is_floating_point())
     assert set(saved["batch_norm"]) == {str(s) for s in models.RESNET_SIZES.values()}  # one set per served size
@@ -268,7 +288,8 @@ def test_a_model_trained_once_is_loaded_by_the_next_run_and_a_damaged_file_is_tr
     assert loaded is None
     second, loaded = trained_once(DigitsMLP(16), x, y, epochs=1)
     pairs = zip(first.state_dict().values(), second.state_dict().values(), strict=True)
-    assert loaded and all(torch.equal(a, b) for a, b in pairs)
+    assert loaded
+    assert all(torch.equal(a, b) for a, b in pairs)
     _, other = trained_once(DigitsMLP(16), x, y, epochs=2)  # other settings: another key, trained
     assert other is None
     with open(loaded, "wb") as damaged:

@@ -43,7 +43,8 @@ def test_environment_report_and_machine_id():
         assert report[key] not in (None, ""), key
     assert report["torch"] == torch.__version__
     mid = machine_id()
-    assert mid == report["machine_id"] and mid == machine_id()
+    assert mid == report["machine_id"]
+    assert mid == machine_id()
     assert mid.startswith(choose_device().type + "-")
     assert all(c.isalnum() or c == "-" for c in mid)
 
@@ -52,14 +53,17 @@ def test_cache_line_is_a_plausible_power_of_two():
     from helpers.device import cache_line_bytes
 
     line = cache_line_bytes()
-    assert 16 <= line <= 512 and line & (line - 1) == 0
+    assert 16 <= line <= 512
+    assert line & (line - 1) == 0
 
 
 def test_mode_reads_the_environment(monkeypatch):
     monkeypatch.setenv("COURSE_MODE", "quick")
-    assert course_mode() == "quick" and pick(1, 2) == 1
+    assert course_mode() == "quick"
+    assert pick(1, 2) == 1
     monkeypatch.setenv("COURSE_MODE", "FULL")
-    assert course_mode() == "full" and pick(1, 2) == 2
+    assert course_mode() == "full"
+    assert pick(1, 2) == 2
     monkeypatch.delenv("COURSE_MODE")
     assert course_mode() == "full"
 
@@ -68,16 +72,20 @@ def test_set_mode_decides_without_touching_the_environment(monkeypatch):
     from helpers import set_mode
 
     monkeypatch.setenv("COURSE_MODE", "full")
-    assert set_mode("quick") == "quick" and course_mode() == "quick" and pick(1, 2) == 1
+    assert set_mode("quick") == "quick"
+    assert course_mode() == "quick"
+    assert pick(1, 2) == 1
     assert os.environ["COURSE_MODE"] == "full"  # the notebook's MODE wins; the environment is left alone
-    assert set_mode(" Full ") == "full" and pick(1, 2) == 2
+    assert set_mode(" Full ") == "full"
+    assert pick(1, 2) == 2
     for bad in ("fast", "", 1, True):
         with pytest.raises(ValueError, match="MODE = 'quick'") as info:
             set_mode(bad)
         assert one_line(info.value)
     assert course_mode() == "full"  # a refused value changes nothing
     monkeypatch.setenv("COURSE_MODE", "quick")
-    assert set_mode(None) == "quick" and course_mode() == "quick"  # None: back to COURSE_MODE
+    assert set_mode(None) == "quick"
+    assert course_mode() == "quick"  # None: back to COURSE_MODE
 
 
 def test_unknown_mode_says_what_to_do(monkeypatch):

@@ -67,12 +67,14 @@ def tiny_ops(x):
 def test_count_ops_counts_ops_flops_and_bytes():
     w = torch.randn(64, 32)
     counts = opcount.count_ops(lambda x: torch.relu(x @ w), torch.randn(8, 64))
-    assert counts.ops == 2 and counts.by_op == {"mm": 1, "relu": 1}
+    assert counts.ops == 2
+    assert counts.by_op == {"mm": 1, "relu": 1}
     assert counts.flops == 2 * 8 * 64 * 32 + 8 * 32  # matmul + one per relu output
     assert counts.bytes == 4 * ((8 * 64 + 64 * 32 + 8 * 32) + (8 * 32 + 8 * 32))
     views = opcount.count_ops(lambda x: x.t().reshape(-1), torch.randn(4, 4))
     assert views.bytes == 4 * 16 * 2  # the views move nothing; the reshape of a transposed tensor copies it once
-    assert counts.kernels == 2 and views.ops > views.kernels == 1  # only the copy runs a kernel
+    assert counts.kernels == 2
+    assert views.ops > views.kernels == 1  # only the copy runs a kernel
     dst = torch.empty(100)
     assert opcount.count_ops(lambda x: dst.copy_(x), torch.randn(100)).bytes == 800  # read src, write dst
     assert opcount.count_ops(lambda x: torch.relu_(x), torch.randn(100)).bytes == 800  # read, write in place
@@ -92,7 +94,8 @@ def test_count_ops_counts_reads_back_to_python():
 def test_loop_of_tiny_ops_is_overhead_bound(rf):
     d = settled(tiny_ops, torch.randn(1, 16), rf, expect="overhead")
     assert d.regime == "overhead", d.explain()
-    assert d.counts.ops == 100 and d.dispatch_share > 0
+    assert d.counts.ops == 100
+    assert d.dispatch_share > 0
 
 
 @pytest.mark.timing
@@ -100,7 +103,8 @@ def test_large_elementwise_op_is_memory_bound(rf):
     # in place, so the op is timed and not the allocator; clamp keeps the values finite across calls
     d = settled(lambda x: x.clamp_(-1, 1).mul_(0.5), torch.randn(4, 2**21), rf)
     assert d.regime == "memory", d.explain()
-    assert d.counts.intensity < 1 and d.explained > doctor.EXPLAINED_MIN
+    assert d.counts.intensity < 1
+    assert d.explained > doctor.EXPLAINED_MIN
 
 
 @pytest.mark.timing
@@ -122,19 +126,22 @@ def test_large_matmul_is_compute_bound(rf):
     d = settled(lambda x: x @ w, torch.randn(256, 1024), rf)
     assert d.regime == "compute", d.explain()
     assert d.counts.intensity > rf.ridge_point()
-    assert "compute-bound" in d.explain() and d.row()["regime"] == "compute"
+    assert "compute-bound" in d.explain()
+    assert d.row()["regime"] == "compute"
 
 
 @pytest.mark.timing
 def test_diagnose_batches_table(rf):
     model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU()).eval()
     diagnoses, table = doctor.diagnose_batches(model, lambda b: torch.randn(b, 32), [1, 4], rf, repeats=3)
-    assert [d.batch for d in diagnoses] == [1, 4] and list(table.index) == [1, 4]
+    assert [d.batch for d in diagnoses] == [1, 4]
+    assert list(table.index) == [1, 4]
     # three tiny ops (a 32×16 matmul, its bias, a ReLU) at 0.43 FLOP/byte: below the ridge, so never
     # compute-bound (overhead or memory depends on how the time grew on this machine, measured: not asserted)
     assert [d.counts.flops for d in diagnoses] == [2 * 32 * 16 * b + 16 * b for b in (1, 4)]  # matmul + ReLU
     assert list(table["ops/call"]) == [3, 3]
-    assert (table["FLOP/byte"] < table["ridge"]).all() and (table["% compute roof"] < 5).all()
+    assert (table["FLOP/byte"] < table["ridge"]).all()
+    assert (table["% compute roof"] < 5).all()
     assert "compute" not in set(table["regime"]), [d.explain() for d in diagnoses]
 
 
@@ -164,9 +171,13 @@ def test_cache_resident_call_is_judged_against_the_cache_and_doubled_twice(rf):
     cached.cache_sweep = {"fast_up_to": 2**30, "slow_from": 2**31, "gain": 4.0, "undecided": None}  # a decided knee
     mlp = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).eval()
     d = doctor.diagnose(mlp, torch.randn(1, 784), cached)
-    assert d.cache_resident and d.memory_roof >= rf.bandwidth and d.working_set_bytes < 2**20
-    assert d.time_quadrupled.items == 4 and d.growth_again > 0
-    assert "fits in the" in d.explain() and "and ×2 again" in d.row()
+    assert d.cache_resident
+    assert d.memory_roof >= rf.bandwidth
+    assert d.working_set_bytes < 2**20
+    assert d.time_quadrupled.items == 4
+    assert d.growth_again > 0
+    assert "fits in the" in d.explain()
+    assert "and ×2 again" in d.row()
     tiny = roofline.Roofline(rf.device, "test", rf.peak_flops, rf.bandwidth, rf.dispatch_latency)
     tiny.cache_sweep = {"fast_up_to": None, "slow_from": 2**16, "gain": 1.0, "undecided": None}  # no cache effect
     assert not doctor.diagnose(mlp, torch.randn(1, 784), tiny).cache_resident  # judged against main memory
@@ -232,11 +243,14 @@ def test_an_incomplete_flop_count_is_said_and_not_called_memory_bound(rf):
         counts = opcount.count_ops(layer, x)
     d_model, ff, tokens = 128, 512, 2 * 64
     analytic = 2 * tokens * (4 * d_model * d_model + 2 * d_model * ff) + 2 * 2 * 2 * 64 * 64 * d_model
-    assert not counts.flops_complete and "_transformer_encoder_layer_fwd" in counts.uncounted
+    assert not counts.flops_complete
+    assert "_transformer_encoder_layer_fwd" in counts.uncounted
     assert counts.flops < analytic / 20  # one FLOP per output element of the fused op: far too low
     d = doctor.diagnose(layer, x, rf, repeats=3)
-    assert d.regime in ("undetermined", "overhead") and d.regime != "memory", d.explain()
-    assert "FLOP count is incomplete" in d.explain() and d.row()["FLOPs counted"] == "incomplete"
+    assert d.regime in ("undetermined", "overhead"), d.explain()
+    assert d.regime != "memory", d.explain()
+    assert "FLOP count is incomplete" in d.explain()
+    assert d.row()["FLOPs counted"] == "incomplete"
 
 
 def test_flop_counts_match_flopcountermode_and_an_analytic_count():
@@ -254,7 +268,8 @@ def test_flop_counts_match_flopcountermode_and_an_analytic_count():
         resnet(image)
     with torch.inference_mode():
         counted = opcount.count_ops(resnet, image)
-    assert counted.flops_complete and counted.flops >= mode.get_total_flops() > 0.9 * counted.flops
+    assert counted.flops_complete
+    assert counted.flops >= mode.get_total_flops() > 0.9 * counted.flops
     lstm = torch.nn.LSTM(32, 64)
     assert not opcount.count_ops(lambda t: lstm(t)[0], torch.randn(5, 2, 32)).flops_complete
 
@@ -273,7 +288,8 @@ def test_added_items_dearer_or_cheaper_only_off_the_line_of_a_fixed_cost_plus_a_
 
 
 def test_bytes_that_are_mostly_weights_get_weight_advice_not_fusion(rf):
-    assert "weight-only int8" in doctor.fewer_bytes(rf, 0.9) and "fuse ops" not in doctor.fewer_bytes(rf, 0.9)
+    assert "weight-only int8" in doctor.fewer_bytes(rf, 0.9)
+    assert "fuse ops" not in doctor.fewer_bytes(rf, 0.9)
     assert "fuse ops" in doctor.fewer_bytes(rf, 0.1)
 
 
@@ -282,12 +298,14 @@ def test_compute_advice_names_only_formats_measured_faster_here(rf):
     entry = {"outcome": "slower", "ratio": 0.55, "low": 0.5, "high": 0.6, "how": "interleaved with fp32"}
     slow.dtype_speed = {"speed": {"matmul": {"bf16": entry}}, "kernels": {}, "undecided": None}
     advice = doctor.faster_math(slow, torch.device("cpu"))
-    assert "No number format ran faster" in advice and "bf16" not in advice
+    assert "No number format ran faster" in advice
+    assert "bf16" not in advice
     fast = dict(entry, outcome="faster", ratio=1.8)
     slow.dtype_speed["speed"]["matmul"]["bf16"] = fast
     assert "bf16 (matmul 1.8× fp32 measured here)" in doctor.faster_math(slow, torch.device("cpu"))
     slow.dtype_speed["speed"]["matmul"]["bf16"] = entry  # slower again: the memory advice says so
-    assert "0.55× fp32's speed here" in doctor.fewer_bytes(slow) and "measure it" in doctor.fewer_bytes(slow)
+    assert "0.55× fp32's speed here" in doctor.fewer_bytes(slow)
+    assert "measure it" in doctor.fewer_bytes(slow)
     slow.dtype_speed["speed"]["matmul"]["bf16"] = fast
     assert "store bf16" in doctor.fewer_bytes(slow)
 
@@ -302,15 +320,18 @@ def test_counted_flops_past_the_ridge_are_compute_bound_even_when_some_are_uncou
         return x @ w, lstm(tiny)[0]
 
     d = settled(call, torch.randn(256, 1024), rf)
-    assert not d.counts.flops_complete and d.counts.intensity > rf.ridge_point()
+    assert not d.counts.flops_complete
+    assert d.counts.intensity > rf.ridge_point()
     assert d.regime in ("compute", "overhead"), d.explain()
-    assert d.regime != "undetermined" and "undetermined" not in d.explain()
+    assert d.regime != "undetermined"
+    assert "undetermined" not in d.explain()
 
 
 def test_a_busy_session_leaves_the_regime_undecided(rf, monkeypatch):
     monkeypatch.setattr(doctor, "busy_reason", lambda value: "other processes used 1.5 of the 2 CPUs")
     d = doctor.diagnose(lambda x: x * 2, torch.randn(4, 16), rf, repeats=3)
-    assert d.regime == "busy" and d.explain().startswith("batch 4: undecided (busy).\n  · undecided: the regime")
+    assert d.regime == "busy"
+    assert d.explain().startswith("batch 4: undecided (busy).\n  · undecided: the regime")
     assert "overhead-bound" not in d.explain()
 
 
@@ -319,16 +340,20 @@ def assert_label_follows_numbers(d, rf):
     fixed = min(1.0, max(0.0, 2.0 - d.growth))
     text = d.explain()
     if d.regime == "compute":
-        assert d.explained >= doctor.EXPLAINED_MIN and d.counts.intensity >= d.ridge_point, text
+        assert d.explained >= doctor.EXPLAINED_MIN, text
+        assert d.counts.intensity >= d.ridge_point, text
     elif d.regime == "inefficient":
-        assert d.explained < doctor.EXPLAINED_MIN and d.counts.intensity >= d.ridge_point, text
+        assert d.explained < doctor.EXPLAINED_MIN, text
+        assert d.counts.intensity >= d.ridge_point, text
         assert "Use faster math" not in text
     elif d.regime == "overhead":
         assert d.dispatch_share >= doctor.OVERHEAD_SHARE or (d.explained < doctor.EXPLAINED_MIN and fixed >= 0.5), text
     elif d.regime == "memory":
-        assert d.counts.flops_complete and d.counts.intensity < d.ridge_point, text
+        assert d.counts.flops_complete, text
+        assert d.counts.intensity < d.ridge_point, text
     else:
-        assert d.regime == "undetermined" and not d.counts.flops_complete, text
+        assert d.regime == "undetermined", text
+        assert not d.counts.flops_complete, text
     if "Use faster math" in text:  # only the formats this roofline measured faster than fp32
         named = text.split("Use faster math:")[1].split(".")[0]
         assert all(dtype in rf.faster_dtypes() for dtype in ("bf16", "fp16", "int8") if f"{dtype} (" in named), text
@@ -341,7 +366,8 @@ def test_outside_vision_models_get_the_regime_their_numbers_say(rf, name):
 
     model = getattr(torchvision.models, name)().eval()
     d = settled(model, torch.randn(1, 3, 64, 64), rf, repeats=5)
-    assert d.counts.flops_complete and d.counts.flops > 0
+    assert d.counts.flops_complete
+    assert d.counts.flops > 0
     assert_label_follows_numbers(d, rf)
     assert d.working_set_bytes > sum(p.numel() * 4 for p in model.parameters())  # activations counted too
 
@@ -371,7 +397,8 @@ def test_a_call_whose_time_follows_the_batch_far_from_the_compute_roof_is_not_co
     monkeypatch.setattr(rf, "peak_flops", {"fp32": 1e15})  # roofs this call reaches a tiny fraction of,
     monkeypatch.setattr(rf, "bandwidth", 1e14)  # with the ridge (10 FLOP/byte) below the call's intensity (43)
     d = settled(lambda x: x @ w, torch.randn(256, 256), rf, repeats=5)
-    assert d.counts.intensity > d.ridge_point and d.explained < doctor.EXPLAINED_MIN
+    assert d.counts.intensity > d.ridge_point
+    assert d.explained < doctor.EXPLAINED_MIN
     assert d.regime in ("inefficient", "overhead"), d.explain()
     assert "Use faster math" not in d.explain()
     assert_label_follows_numbers(d, rf)

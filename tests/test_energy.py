@@ -48,7 +48,9 @@ def test_cpu_counter_reads_joules(rapl):
 def test_no_counter_is_one_line_reason(tmp_path, monkeypatch):
     monkeypatch.setattr(energy, "RAPL", str(tmp_path / "missing"))
     reason = energy.counter("cpu")
-    assert isinstance(reason, str) and "not readable" in reason and "\n" not in reason
+    assert isinstance(reason, str)
+    assert "not readable" in reason
+    assert "\n" not in reason
     assert energy.samples({"a": lambda: None}, "cpu", window=0.2, windows=1) == reason
     with pytest.raises(ValueError, match="not supported by the course"):
         energy.counter("meta")
@@ -65,7 +67,8 @@ def test_samples_are_joules_per_call_in_interleaved_windows(rapl):
     out = energy.samples(
         {"a": lambda: call("a"), "b": lambda: call("b")}, "cpu", window=0.2, windows=2, seconds=seconds
     )
-    assert set(out) == {"a", "b"} and all(len(v) == 2 for v in out.values())
+    assert set(out) == {"a", "b"}
+    assert all(len(v) == 2 for v in out.values())
     windows = [(n, len(list(g))) for n, g in itertools.groupby(order)]  # each window: one run of calls
     for i, (name, calls) in enumerate(windows):  # seconds per call × calls = the window, at least 0.2 s
         assert 0.2 <= seconds[name][i // 2] * calls < 1.2  # slack for a stalled VM
@@ -92,7 +95,8 @@ def test_bad_inputs_say_what_to_pass():
 def test_sentence_speaks_energy():
     windows = {"compiled": [1.0, 1.01, 0.99, 1.0, 1.02, 0.98], "eager": [2.0, 2.02, 1.98, 2.0, 2.01, 1.99]}
     v = energy.judge(windows, "compiled", "eager")
-    assert v.paired and energy.sentence(v).startswith("compiled uses 2.00× less energy per call than eager")
+    assert v.paired
+    assert energy.sentence(v).startswith("compiled uses 2.00× less energy per call than eager")
     assert energy.judge(windows, "compiled", "eager", items=2).ratio == pytest.approx(v.ratio)
     assert "separate sessions" in energy.sentence(verdict(windows["compiled"], windows["eager"]))
     with pytest.raises(ValueError, match="not a key"):

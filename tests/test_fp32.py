@@ -75,7 +75,8 @@ def test_set_fp32_flags_refuses_unknown_names_in_one_line():
 
 def test_the_replica_switches_tf32_off_without_importing_the_course():
     source = (Path(__file__).resolve().parents[1] / "helpers" / "_replica.py").read_text()
-    assert "exact_fp32()" in source and "spec_from_file_location" in source
+    assert "exact_fp32()" in source
+    assert "spec_from_file_location" in source
     fp32_source = (Path(__file__).resolve().parents[1] / "helpers" / "fp32.py").read_text()
     assert not re.search(r"^from \.|^import helpers|^from helpers", fp32_source, re.MULTILINE)
 

@@ -42,21 +42,30 @@ def test_full_run_executes_collects_and_reports_failures(tmp_path, executor):
     proc = subprocess.run(_run(out, books, executor=executor), capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # one notebook failed, and the run says so
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["mode"] == "quick" and summary["environment"]["torch"] and summary["executor"] == executor
+    assert summary["mode"] == "quick"
+    assert summary["environment"]["torch"]
+    assert summary["executor"] == executor
     assert summary["notebooks"]["00_ok"]["status"] == "ok"
     assert summary["notebooks"]["01_broken"]["status"] == "failed"
     assert "on purpose" in summary["notebooks"]["01_broken"]["error"]
     executed = nbformat.read(out / "executed" / "00_ok.ipynb", as_version=4)
     texts = "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in executed.cells[0].outputs)
-    assert "ran True" in texts and "3" in texts and "source def f(x):" in texts
+    assert "ran True" in texts
+    assert "3" in texts
+    assert "source def f(x):" in texts
     if executor == "kernel":  # the course's executor says where and how the copy ran (the website shows it)
         course = executed.metadata["course"]
-        assert course["machine_id"] == summary["environment"]["machine_id"] and course["mode"] == "quick"
-        assert course["status"] == "ok" and course["date"] and course["torch"]
+        assert course["machine_id"] == summary["environment"]["machine_id"]
+        assert course["mode"] == "quick"
+        assert course["status"] == "ok"
+        assert course["date"]
+        assert course["torch"]
         broken = nbformat.read(out / "executed" / "01_broken.ipynb", as_version=4).metadata["course"]
         assert broken["status"] == "failed"
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert len(records) == 1 and records[0]["notebook"] == "00_ok" and records[0]["mode"] == "quick"
+    assert len(records) == 1
+    assert records[0]["notebook"] == "00_ok"
+    assert records[0]["mode"] == "quick"
 
 
 # -- nothing is lost ----------------------------------------------------------------------------------------
@@ -90,7 +99,8 @@ def test_merging_skips_a_torn_line_instead_of_gluing_it_to_the_next_file(tmp_pat
     b.write_text('{"n": 3}\n')
     kept, torn = merge_results([a, b], tmp_path / "merged.jsonl")
     lines = (tmp_path / "merged.jsonl").read_text().splitlines()
-    assert (kept, torn) == (2, 1) and [json.loads(x)["n"] for x in lines] == [1, 3]
+    assert (kept, torn) == (2, 1)
+    assert [json.loads(x)["n"] for x in lines] == [1, 3]
 
 
 def test_an_earlier_runs_results_are_kept_not_deleted(tmp_path):
@@ -104,7 +114,8 @@ def test_an_earlier_runs_results_are_kept_not_deleted(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     kept = list(work.glob("results-before-*/cpu-old.jsonl"))
-    assert len(kept) == 1 and "interrupted run" in kept[0].read_text()
+    assert len(kept) == 1
+    assert "interrupted run" in kept[0].read_text()
     records = [json.loads(x) for x in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert [r["notebook"] for r in records] == ["00_ok"], "the earlier run's records are not mixed in"
 

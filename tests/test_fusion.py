@@ -30,7 +30,8 @@ def test_compiled_chain_is_one_kernel_and_matches_eager():
         compiled = torch.compile(chain)
         torch.testing.assert_close(compiled(x), chain(x))
         count = fusion.count_kernels(compiled, x, device="cpu")  # may recompile (inference mode): flag still on
-    assert count.n == 1 and "cpp_fused" in count.kernels[0], count.kernels
+    assert count.n == 1, count.kernels
+    assert "cpp_fused" in count.kernels[0], count.kernels
 
 
 def test_compiled_without_kernel_profiling_is_refused_with_a_clear_message():
@@ -58,7 +59,8 @@ def test_traffic_counts_intermediates_and_the_fused_minimum():
     # three intermediates, each written once and read once
     assert t.intermediate == 3 * 8000
     assert t.saving == pytest.approx(4.0)
-    assert t.allocated == 4 * 4000 and t.outputs == 4000  # four new tensors, of which one is returned
+    assert t.allocated == 4 * 4000
+    assert t.outputs == 4000  # four new tensors, of which one is returned
     inplace = opcount.traffic(lambda v: (v * 2).relu_(), x)  # relu_ rewrites the product: no new tensor
     assert inplace.allocated == inplace.outputs == 4000
 
@@ -69,7 +71,8 @@ def test_traffic_follows_composite_ops_into_their_kernels():
     t = opcount.traffic(layer, x)
     assert t.ops == ["addmm"]
     # reads x (1600 B), the weight (4000 B) and the bias (40 B); writes the output (160 B)
-    assert t.unfused == t.fused == 1600 + 4000 + 40 + 160 and t.intermediate == 0
+    assert t.unfused == t.fused == 1600 + 4000 + 40 + 160
+    assert t.intermediate == 0
 
 
 def test_traffic_of_independent_ops_reads_the_input_once_when_fused():
@@ -128,10 +131,13 @@ def test_generated_code_parsing():
     assert fusion.kernel_names(CPP_CODE) == ["cpp_fused_add_relu_0"]
     assert fusion.extern_calls(CPP_CODE) == ["addmm"]
     excerpt = fusion.kernel_excerpt(CPP_CODE)
-    assert excerpt.startswith('extern "C"') and "#include" not in excerpt and "integer_div" not in excerpt
+    assert excerpt.startswith('extern "C"')
+    assert "#include" not in excerpt
+    assert "integer_div" not in excerpt
     assert fusion.kernel_names(TRITON_CODE) == ["triton_poi_fused_add_0"]
     excerpt = fusion.kernel_excerpt(TRITON_CODE, max_lines=2)
-    assert excerpt.startswith("def triton_poi_fused_add_0") and "more lines" in excerpt
+    assert excerpt.startswith("def triton_poi_fused_add_0")
+    assert "more lines" in excerpt
     assert "no generated kernel" in fusion.kernel_excerpt("def call(args):\n    pass\n")
 
 
@@ -148,7 +154,8 @@ def test_profiler_markers_dropped_other_stderr_kept(capfd):
     os.write(2, b"visible line\n")
     err = capfd.readouterr().err
     assert "profiler_start" not in err
-    assert "a real native error line" in err and "visible line" in err
+    assert "a real native error line" in err
+    assert "visible line" in err
 
 
 def test_short_kernel_names():
@@ -176,7 +183,8 @@ def test_describe_gemm_reads_the_generated_code():
         )
         + "// micro_gemm<float>(A, B, C)\n"
     )
-    assert fusion.gemm_epilogue_fused(cpp_template) and "cpp_fused_addmm_relu_0" in fusion.describe_gemm(cpp_template)
+    assert fusion.gemm_epilogue_fused(cpp_template)
+    assert "cpp_fused_addmm_relu_0" in fusion.describe_gemm(cpp_template)
     assert not fusion.gemm_epilogue_fused(cpp_template + "    extern_kernels.mm(a, b, out=buf0)\n")
 
 

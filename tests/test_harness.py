@@ -35,9 +35,13 @@ def test_evaluate_checks_fp32_and_bf16_then_time_together_times_them():
     row, call = harness.evaluate(
         "fp32", model, model=model, bench_input=x[:64], test_images=x, test_labels=y, reference_logits=ref
     )
-    assert row["accuracy"] >= 0.95 and row["top1_agreement"] == 1.0 and row["max_abs_diff"] == 0.0
+    assert row["accuracy"] >= 0.95
+    assert row["top1_agreement"] == 1.0
+    assert row["max_abs_diff"] == 0.0
     assert row["accuracy"] == models.accuracy(model, x, y)  # the one definition of accuracy
-    assert row["size_bytes"] > 100_000 and row["first_call_s"] > 0 and "median_s" not in row  # nothing timed yet
+    assert row["size_bytes"] > 100_000
+    assert row["first_call_s"] > 0
+    assert "median_s" not in row  # nothing timed yet
     torch.testing.assert_close(call(), model(x[:64]))  # the call times the variant on the benchmark batch
     bf16 = copy.deepcopy(model).bfloat16()
     row16, call16 = harness.evaluate(
@@ -50,13 +54,18 @@ def test_evaluate_checks_fp32_and_bf16_then_time_together_times_them():
         reference_logits=ref,
         prepare=lambda t: t.bfloat16(),
     )
-    assert row16["accuracy"] >= 0.93 and row16["top1_agreement"] >= 0.95 and 0 < row16["max_abs_diff"] < 1.0
+    assert row16["accuracy"] >= 0.93
+    assert row16["top1_agreement"] >= 0.95
+    assert 0 < row16["max_abs_diff"] < 1.0
     assert row16["peak_mem_bytes"] > 0
     cmp = time_together({"fp32": call, "bf16": call16}, items=64, budget=0.5)
     cols = harness.timing_columns(cmp)
-    assert list(cols.index) == ["fp32", "bf16"] and cols.loc["fp32", "verdict"] == "baseline"
-    assert cols.loc["bf16", "speed-up"] == cmp.speedup("bf16") and cols.loc["bf16", "samples"] >= MIN_ROUNDS
-    assert cols.loc["bf16", "verdict"] == cmp.verdict("bf16").short() and cols.loc["fp32", "items_per_s"] > 0
+    assert list(cols.index) == ["fp32", "bf16"]
+    assert cols.loc["fp32", "verdict"] == "baseline"
+    assert cols.loc["bf16", "speed-up"] == cmp.speedup("bf16")
+    assert cols.loc["bf16", "samples"] >= MIN_ROUNDS
+    assert cols.loc["bf16", "verdict"] == cmp.verdict("bf16").short()
+    assert cols.loc["fp32", "items_per_s"] > 0
     with pytest.raises(TypeError, match="Comparison"):
         harness.timing_columns({"fp32": cmp["fp32"]})
 
@@ -67,7 +76,8 @@ def test_a_compiled_closure_is_known_as_compiled():
     def run(x):
         return model(x)
 
-    assert not harness.is_compiled(model) and not harness.is_compiled(run)
+    assert not harness.is_compiled(model)
+    assert not harness.is_compiled(run)
     run.compiled = True
     assert harness.is_compiled(run)
     assert harness.is_compiled(torch.compile(model))

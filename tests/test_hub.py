@@ -272,21 +272,25 @@ def _isolated_servers(hub: dict, sessions: dict) -> None:
         # (the browser's way: JupyterLab's page sends them through the hub's OAuth, which sets the server's cookie)
         assert sessions[name].get(f"{base}/user/{name}/lab", timeout=60).status_code == 200
         own = sessions[name].get(f"{base}/user/{name}/api/contents/", timeout=60)
-        assert own.status_code == 200 and "00_environment.ipynb" in {e["name"] for e in own.json()["content"]}
+        assert own.status_code == 200
+        assert "00_environment.ipynb" in {e["name"] for e in own.json()["content"]}
         assert sessions[name].get(f"{base}/user/{other}/lab", timeout=60).status_code == 403
         out = asyncio.run(_run_cell(base, name, token, CELL.format(other=f"/home/{other}/outputs")))
         seen[name] = json.loads(out.strip().splitlines()[-1])
     a, b = (seen[n] for n in USERS)
     assert (a["user"], b["user"]) == USERS  # each server runs as its participant
     assert {a["device"], b["device"]} == {"0", "1"}  # a device each
-    assert a["outputs"] != b["outputs"] and a["warm cache"] and b["warm cache"]
+    assert a["outputs"] != b["outputs"]
+    assert a["warm cache"]
+    assert b["warm cache"]
     for seen_by in (a, b):
         assert (seen_by["read other"], seen_by["write other"], seen_by["write own"]) == ("denied", "denied", "allowed")
     # nothing listens beyond the loopback: the hub, its proxy and culler, both servers and their kernels
     processes = [psutil.Process(hub["proc"].pid), *psutil.Process(hub["proc"].pid).children(recursive=True)]
     processes += [p for p in psutil.process_iter(["username"]) if p.info["username"] in USERS]
     sockets = listeners(processes)
-    assert sockets and all(s["loopback"] for s in sockets), [s for s in sockets if not s["loopback"]]
+    assert sockets, [s for s in sockets if not s["loopback"]]
+    assert all(s["loopback"] for s in sockets), [s for s in sockets if not s["loopback"]]
     pss = {
         n: sum(p.memory_full_info().pss for p in psutil.process_iter(["username"]) if p.info["username"] == n)
         for n in USERS
@@ -351,7 +355,8 @@ def test_the_hub_refuses_to_start_without_a_secret(tmp_path):
         text=True,
         timeout=60,
     )
-    assert proc.returncode != 0 and "COURSE_HUB_PASSWORD" in proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "COURSE_HUB_PASSWORD" in proc.stdout + proc.stderr
 
 
 def test_the_cluster_values_file_is_valid_yaml_with_gpu_requests():

@@ -57,7 +57,8 @@ def test_make_lab_serves_the_notebooks(tmp_path):
         # no "fetch news?" prompt: the course's jupyter/overrides.json, installed by make setup, turns it off
         plugin = _get(f"{base}/lab/api/settings/@jupyterlab/apputils-extension:notification?token={token}")
         defaults = {k: v.get("default") for k, v in plugin["schema"]["properties"].items()}
-        assert defaults["fetchNews"] == "false" and defaults["checkForUpdates"] is False, defaults
+        assert defaults["fetchNews"] == "false", defaults
+        assert defaults["checkForUpdates"] is False, defaults
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

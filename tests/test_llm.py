@@ -27,7 +27,8 @@ def test_same_weights_from_the_same_seed():
 
 def test_cached_decoding_matches_recomputing_everything(model, prompt):
     tokens, logits = llm.generate_uncached(model, prompt, 12)
-    assert tokens.shape == (2, 12) and logits.shape == (2, 12, CFG.vocab_size)
+    assert tokens.shape == (2, 12)
+    assert logits.shape == (2, 12, CFG.vocab_size)
     assert torch.equal(tokens, logits.argmax(-1))  # greedy: each token is the argmax of its logits
     for kind in ("dynamic", "static"):
         t, lg = llm.generate(model, prompt, 12, cache=kind)
@@ -42,7 +43,8 @@ def test_cached_decoding_matches_recomputing_everything(model, prompt):
 def test_a_cache_is_really_used_and_kept_only_when_static(model, prompt):
     llm.generate(model, prompt, 3, cache="static")
     cache = model.blocks[0].attn.cache
-    assert isinstance(cache, llm.StaticKVCache) and cache.k.shape[2] == prompt.shape[1] + 3
+    assert isinstance(cache, llm.StaticKVCache)
+    assert cache.k.shape[2] == prompt.shape[1] + 3
     assert cache.k[:, :, : prompt.shape[1] + 2].abs().sum() > 0  # written: the prompt and the fed tokens
     address = cache.k.data_ptr()
     llm.generate(model, prompt, 3, cache="static")  # same shape: the same buffers (a CUDA graph needs them)
@@ -270,7 +272,8 @@ def test_a_recorded_step_keeps_its_inputs_alive_after_the_caller_drops_them():
         torch.cuda.empty_cache()
         clutter = [torch.full((1, 1), 10**6, dtype=torch.long, device="cuda") for _ in range(64)]  # reuse freed blocks
         torch.testing.assert_close(replay(), logits[:, 1], rtol=1e-3, atol=1e-3)
-        assert len(replay.inputs) == 3 and clutter
+        assert len(replay.inputs) == 3
+        assert clutter
 
 
 def test_cuda_graph_refuses_cpu_tensors():
@@ -352,8 +355,11 @@ def test_bits_per_byte_of_a_uniform_guess_is_eight_and_the_shipped_draft_scores_
 def test_batch_consistency_compares_a_request_alone_with_the_same_request_in_batches(model):
     prompt = torch.randint(0, CFG.vocab_size, (1, 6), generator=torch.Generator().manual_seed(3))
     result = llm.batch_consistency(model, prompt, batch_sizes=(1, 4))
-    assert result[1]["bitwise"] and result[1]["max_abs_diff"] == 0.0 and result[1]["same_choices"] == 1.0
-    assert result[4]["max_abs_diff"] < 1e-4 and result[4]["same_choices"] == 1.0  # fp32: equal or within rounding
+    assert result[1]["bitwise"]
+    assert result[1]["max_abs_diff"] == 0.0
+    assert result[1]["same_choices"] == 1.0
+    assert result[4]["max_abs_diff"] < 1e-4
+    assert result[4]["same_choices"] == 1.0  # fp32: equal or within rounding
 
     def row_by_row(tokens):  # batch-invariant by construction: every row runs alone
         return torch.cat([model(tokens[i : i + 1], torch.arange(6)) for i in range(len(tokens))])
@@ -365,7 +371,9 @@ def test_batch_consistency_compares_a_request_alone_with_the_same_request_in_bat
         return logits + 1e-3 * logits.mean(0, keepdim=True)
 
     shifted = llm.batch_consistency(model, prompt, (1, 4), forward=leaky)
-    assert shifted[1]["bitwise"] and not shifted[4]["bitwise"] and shifted[4]["max_abs_diff"] > 0
+    assert shifted[1]["bitwise"]
+    assert not shifted[4]["bitwise"]
+    assert shifted[4]["max_abs_diff"] > 0
     with pytest.raises(ValueError, match="shape \\(1, T\\)"):
         llm.batch_consistency(model, torch.ones(2, 3, dtype=torch.long))
 
@@ -376,10 +384,12 @@ def test_the_int8_kv_cache_rounds_each_value_within_half_its_scale():
         * torch.tensor([1e-3, 1.0, 50.0])[:, None, None]
     )
     q, scale = llm.Int8KVCache.quantize(x)
-    assert q.dtype == torch.int8 and scale.shape == (2, 3, 5, 1)
+    assert q.dtype == torch.int8
+    assert scale.shape == (2, 3, 5, 1)
     assert ((q.float() * scale - x).abs() <= scale / 2 + 1e-7).all()  # one rounding, at most half a step
     zeros, zero_scale = llm.Int8KVCache.quantize(torch.zeros(1, 1, 1, 4))
-    assert (zeros == 0).all() and torch.isfinite(zero_scale).all()  # an all-zero vector: no division by zero
+    assert (zeros == 0).all()
+    assert torch.isfinite(zero_scale).all()  # an all-zero vector: no division by zero
 
 
 def test_attention_over_the_int8_cache_stays_close_to_the_full_precision_cache():

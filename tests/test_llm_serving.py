@@ -110,7 +110,8 @@ def test_a_shared_prefix_skips_its_prefill_and_gives_the_same_logits():
         table.use(["system"])
         model(system, torch.arange(9)[None])
         skip = table.share("system", "a", 9)
-        assert skip == 8 and table.refs[table.blocks["a"][0]] == 2  # two full blocks shared, not the partial one
+        assert skip == 8
+        assert table.refs[table.blocks["a"][0]] == 2  # two full blocks shared, not the partial one
         table.reserve("a", 14)
         table.use(["a"])
         shared = model(full[:, skip:], torch.arange(skip, 14)[None])[:, -1]
@@ -133,7 +134,8 @@ def test_speculative_decoding_returns_the_targets_greedy_tokens(gamma):
     # each pass yields its accepted tokens + 1; the first token comes from the prefill (trimmed to 30 at the end)
     assert stats["accepted"] + stats["target_passes"] >= 29
     same, stats = llm.speculative_generate(target, target, p, 30, gamma=gamma)
-    assert torch.equal(same, ref) and stats["accepted"] == stats["proposed"]  # a draft equal to the target
+    assert torch.equal(same, ref)
+    assert stats["accepted"] == stats["proposed"]  # a draft equal to the target
     assert stats["target_passes"] == math.ceil(29 / (gamma + 1))
 
 
@@ -164,7 +166,8 @@ def test_every_scheduler_serves_the_tokens_each_request_gets_alone(policy, chunk
         r = trace.request
         alone = llm.generate(model, torch.tensor([r.prompt]), r.max_new)[0][0].tolist()
         assert trace.tokens == alone, r.id
-        assert r.arrival <= trace.admitted <= trace.times[0] and trace.times == sorted(trace.times)
+        assert r.arrival <= trace.admitted <= trace.times[0]
+        assert trace.times == sorted(trace.times)
     assert max(it["live"] for it in run.iterations) <= 2
     if chunk:
         assert max(it["prefill_tokens"] for it in run.iterations) <= chunk
@@ -175,7 +178,8 @@ def test_every_scheduler_serves_the_tokens_each_request_gets_alone(policy, chunk
     )
     assert joined == (policy == "continuous")
     row = run.summary(ttft_target=10.0, tpot_target=10.0)
-    assert row["met"] == 1.0 and row["goodput"] == pytest.approx(5 / run.seconds)
+    assert row["met"] == 1.0
+    assert row["goodput"] == pytest.approx(5 / run.seconds)
     assert run.summary(ttft_target=1e-9, tpot_target=1e-9)["met"] == 0.0
 
 
@@ -194,13 +198,17 @@ def test_speculation_in_the_engine_serves_the_tokens_each_request_gets_alone(dra
         assert trace.tokens == llm.generate(model, torch.tensor([r.prompt]), r.max_new)[0][0].tolist(), r.id
     row = run.summary()
     rounds = [it for it in run.iterations if "proposed" in it]
-    assert rounds and all(0 <= it["accepted"] <= it["proposed"] == 3 * it["decoding"] for it in rounds)
-    assert row["gamma"] == 3 and 1.0 <= row["tokens_per_pass"] <= 4.0
+    assert rounds
+    assert all(0 <= it["accepted"] <= it["proposed"] == 3 * it["decoding"] for it in rounds)
+    assert row["gamma"] == 3
+    assert 1.0 <= row["tokens_per_pass"] <= 4.0
     plain = llm_serving.serve(model, reqs, slots=2, chunk=chunk, gamma=3)  # no draft: gamma is not used
-    assert plain.gamma == 0 and "acceptance" not in plain.summary()
+    assert plain.gamma == 0
+    assert "acceptance" not in plain.summary()
     assert [t.tokens for t in plain.traces] == [t.tokens for t in run.traces]
     if draft_kind == "copy":  # the same weights: its proposals are the target's choices
-        assert row["acceptance"] > 0.9 and row["tokens_per_pass"] > 3.0
+        assert row["acceptance"] > 0.9
+        assert row["tokens_per_pass"] > 3.0
     # every token a request got was counted once: emitted in rounds, or the first from its prefill
     assert sum(it["emitted"] for it in rounds) + len(reqs) == sum(len(t.tokens) for t in run.traces)
 
@@ -239,7 +247,8 @@ def test_requests_are_reproducible_and_within_their_ranges():
     corpus = torch.arange(1000) % 256
     a = llm_serving.make_requests(corpus, rate=20, duration=2, prompt_len=(4, 40), new_len=(2, 9), seed=5)
     b = llm_serving.make_requests(corpus, rate=20, duration=2, prompt_len=(4, 40), new_len=(2, 9), seed=5)
-    assert a == b and len(a) > 10
+    assert a == b
+    assert len(a) > 10
     assert all(4 <= len(r.prompt) <= 40 and 2 <= r.max_new <= 9 for r in a)
     assert [r.arrival for r in a] == sorted(r.arrival for r in a)
     with pytest.raises(ValueError, match="longest prompt"):
@@ -299,7 +308,8 @@ def test_the_held_out_split_is_whole_documents_never_trained_on():
     from helpers.data import CORPUS_SEPARATOR
 
     train, test, everything = load_corpus("train"), load_corpus("test"), load_corpus("all")
-    assert len(train) + len(test) == len(everything) and 0.03 < len(test) / len(everything) < 0.07
+    assert len(train) + len(test) == len(everything)
+    assert 0.03 < len(test) / len(everything) < 0.07
     assert bytes(train[-len(CORPUS_SEPARATOR) :].tolist()).decode() == CORPUS_SEPARATOR  # cut after a separator
     assert torch.equal(torch.cat([train, test]), everything)
 
@@ -335,6 +345,8 @@ def test_pooled_runs_keep_every_trace_and_add_their_seconds():
         ls.EngineRun("continuous", 2, None, [], [], 0.25),
     ]
     both = ls.pooled(runs)
-    assert both.seconds == 0.75 and both.iterations == [{"decoding": 1}] and both.policy == "continuous"
+    assert both.seconds == 0.75
+    assert both.iterations == [{"decoding": 1}]
+    assert both.policy == "continuous"
     with pytest.raises(ValueError):
         ls.pooled([])

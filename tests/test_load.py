@@ -14,15 +14,19 @@ from helpers.timing import benchmark
 
 def test_an_idle_load_is_not_busy_and_says_nothing():
     load = device.Load(usable_cpus=2, seconds=1.0, others_cpus=0.05, steal=0.0, loadavg=0.3)
-    assert not load.busy and load.reason() is None
+    assert not load.busy
+    assert load.reason() is None
 
 
 def test_other_processes_or_steal_make_it_busy_and_say_why():
     others = device.Load(usable_cpus=2, seconds=1.0, others_cpus=1.8, steal=0.0, loadavg=3.9)
-    assert others.busy and "other processes used 1.8 of the 2 CPUs" in others.reason()
+    assert others.busy
+    assert "other processes used 1.8 of the 2 CPUs" in others.reason()
     assert "load average 3.9" in others.reason()
     stolen = device.Load(usable_cpus=4, seconds=1.0, others_cpus=0.0, steal=0.2, loadavg=None)
-    assert stolen.busy and "stole 20%" in stolen.reason() and "VM" in stolen.reason()
+    assert stolen.busy
+    assert "stole 20%" in stolen.reason()
+    assert "VM" in stolen.reason()
     unknown = device.Load(usable_cpus=2, seconds=1.0, others_cpus=None, steal=None, loadavg=None)
     assert not unknown.busy  # counters unreadable: no claim either way
 
@@ -34,7 +38,8 @@ def test_machine_load_refuses_a_bad_interval():
 
 def test_benchmark_records_the_load_of_its_samples():
     m = benchmark(torch.mm, torch.randn(64, 64), torch.randn(64, 64), repeats=5, budget=0.2)
-    assert m.load is not None and m.load["usable_cpus"] == device.usable_cpus()
+    assert m.load is not None
+    assert m.load["usable_cpus"] == device.usable_cpus()
     assert m.load["seconds"] > 0
 
 
@@ -63,7 +68,8 @@ def test_own_threads_are_not_other_processes():
     worker.start()
     worker.join()
     load = meter.stop()
-    assert load.others_cpus is not None and control.others_cpus is not None, (load, control)
+    assert load.others_cpus is not None, (load, control)
+    assert control.others_cpus is not None, (load, control)
     # the worker's second of CPU counted as others would add about 1.0 CPU to what the control saw
     assert load.others_cpus < control.others_cpus + device.BUSY_OTHERS_SHARE * load.usable_cpus, (load, control)
 
@@ -90,7 +96,8 @@ def test_real_load_from_spinning_processes_is_detected():
 
         m = benchmark(work, device="cpu", repeats=20, min_sample_time=0.05, budget=1.0)
         assert m.load["seconds"] >= 0.5, m.load  # the premise: a window of most of the 1 s budget
-        assert m.busy and "the machine was busy" in m.summary(), m.load
+        assert m.busy, m.load
+        assert "the machine was busy" in m.summary(), m.load
     finally:
         for pid in spinners:
             with contextlib.suppress(ProcessLookupError):

@@ -34,34 +34,41 @@ def test_two_hosts_sold_under_one_name_get_two_ids(monkeypatch):
         monkeypatch.setattr(dv, "usable_cpus", lambda: 2)
         ids.append(dv.machine_id("cpu"))
     assert ids == ["cpu-intel-xeon-2cpu-avx512-amx-bf16-fp16-vnni", "cpu-intel-xeon-2cpu-avx512-vnni"]
-    assert dv.same_model_other_features(ids[0], ids[1]) and not dv.same_model_other_features(ids[1], ids[1])
+    assert dv.same_model_other_features(ids[0], ids[1])
+    assert not dv.same_model_other_features(ids[1], ids[1])
     assert not dv.same_model_other_features("cpu-amd-epyc-2cpu-avx2", ids[1])
     note = results.reference_note(ids[0])  # this machine is the plain Xeon now
-    assert note is not None and "not this machine" in note and "AMX" in note and "\n" not in note
+    assert note is not None
+    assert "not this machine" in note
+    assert "AMX" in note
+    assert "\n" not in note
     assert results.reference_note("cuda-nvidia-h200") is None
 
 
 def test_a_cpu_that_advertises_bf16_but_measures_slow_is_told_so():
     rf = roof(AMX_XEON, {"matmul": {"bf16": entry("slower", 0.55)}, "conv": {"bf16": entry("slower", 0.6)}})
     line = rf.dtype_line("bf16")
-    assert "0.55× fp32's speed (slower)" in line and "advertises" in line and "yet" in line
-    assert not rf.pays("bf16") and rf.faster_dtypes() == []
+    assert "0.55× fp32's speed (slower)" in line
+    assert "advertises" in line
+    assert "yet" in line
+    assert not rf.pays("bf16")
+    assert rf.faster_dtypes() == []
     assert rf.peak_flops["bf16"] < rf.peak_flops["fp32"]  # the roof agrees; the table is what decides
     table = rl.speed_table(rf)
-    assert table.loc["bf16", "matmul × fp32"] == "0.55× (slower)" and table.loc["bf16", "CPU advertises"] != "no units"
+    assert table.loc["bf16", "matmul × fp32"] == "0.55× (slower)"
+    assert table.loc["bf16", "CPU advertises"] != "no units"
 
 
 def test_measured_speed_decides_over_the_flags_both_ways():
     fast = roof(PLAIN_XEON, {"matmul": {"int8": entry("faster", 3.5)}})
-    assert (
-        fast.pays("int8")
-        and "VNNI" in fast.dtype_line("int8")
-        and "as this CPU's VNNI allow" in fast.dtype_line("int8")
-    )
+    assert fast.pays("int8")
+    assert "VNNI" in fast.dtype_line("int8")
+    assert "as this CPU's VNNI allow" in fast.dtype_line("int8")
     emulated = roof(PLAIN_XEON, {"matmul": {"bf16": entry("slower", 0.2)}})
     assert "as its flags predict" in emulated.dtype_line("bf16")
     surprise = roof(PLAIN_XEON, {"matmul": {"bf16": entry("faster", 1.4)}})
-    assert surprise.pays("bf16") and "although the CPU advertises no" in surprise.dtype_line("bf16")
+    assert surprise.pays("bf16")
+    assert "although the CPU advertises no" in surprise.dtype_line("bf16")
     assert "not measured" in roof(PLAIN_XEON).dtype_line("fp16")
 
 
@@ -71,7 +78,8 @@ def test_the_speed_table_really_times_every_dtype_here():
         got = speeds["speed"]["matmul"][dtype]
         assert got["outcome"] in ("faster", "slower", "within noise", "undecided", "no kernel")
         assert got["outcome"] == "no kernel" or got["ratio"] > 0
-    assert set(speeds["speed"]["conv"]) == {"bf16", "fp16"} and "matmul" in speeds["kernels"]["matmul"]
+    assert set(speeds["speed"]["conv"]) == {"bf16", "fp16"}
+    assert "matmul" in speeds["kernels"]["matmul"]
 
 
 def test_the_cache_is_the_knee_of_the_sweep_not_the_vms_figure():
@@ -79,17 +87,23 @@ def test_the_cache_is_the_knee_of_the_sweep_not_the_vms_figure():
     sizes = [s * mib for s in (4, 16, 32, 64, 256, 512)]
     bws = [50e9, 48e9, 40e9, 23e9, 22e9, 21e9]  # the knee between 32 and 64 MiB buffers
     knee = rl.cache_knee(sizes, bws)
-    assert knee["fast_up_to"] == 64 * mib and knee["slow_from"] == 128 * mib
+    assert knee["fast_up_to"] == 64 * mib
+    assert knee["slow_from"] == 128 * mib
     rf = roof(sweep={**knee, "undecided": None}, reported=260 * mib)  # a VM reports the host's L3
     assert rf.cache_bytes == 64 * mib
-    assert rf.fits_in_cache(50 * mib) is True and rf.fits_in_cache(130 * mib) is False
+    assert rf.fits_in_cache(50 * mib) is True
+    assert rf.fits_in_cache(130 * mib) is False
     assert rf.fits_in_cache(100 * mib) is None  # straddles the knee
     line = rf.cache_line()
-    assert "64.0 MiB" in line and "260.0 MiB" in line and "more than this machine gets" in line
+    assert "64.0 MiB" in line
+    assert "260.0 MiB" in line
+    assert "more than this machine gets" in line
     flat = rl.cache_knee(sizes, [22e9] * 6)
-    assert flat["fast_up_to"] is None and "no cache effect" in roof(sweep={**flat, "undecided": None}).cache_line()
+    assert flat["fast_up_to"] is None
+    assert "no cache effect" in roof(sweep={**flat, "undecided": None}).cache_line()
     undecided = roof(sweep={**knee, "undecided": "busy"}, reported=260 * mib)
-    assert undecided.cache_bytes is None and "undecided" in undecided.cache_line()  # never the OS figure
+    assert undecided.cache_bytes is None
+    assert "undecided" in undecided.cache_line()  # never the OS figure
     assert undecided.fits_in_cache(50 * mib) is None
     assert undecided.fits_in_cache(1024 * mib) is False  # beyond what the OS reports: an upper bound
 
@@ -99,7 +113,8 @@ def test_a_disturbed_sweep_does_not_move_the_stored_cache():
     busy = {"usable_cpus": 2, "seconds": 1.0, "others_cpus": 1.5, "steal": 0.0, "loadavg": 3.0, "busy": True}
     runs = [(bw, Measurement(samples=(1e-3,) * 8, label=f"copy {i}", load=busy)) for i, bw in enumerate((5e10, 2e10))]
     line = rl.reconsider_cache(rf, [2**20, 2**29], runs, store=False)
-    assert "disturbed" in line and rf.cache_bytes == 2**26
+    assert "disturbed" in line
+    assert rf.cache_bytes == 2**26
 
 
 def busy_measurement(label="m"):
@@ -117,15 +132,21 @@ def test_noise_stops_a_decision_after_one_more_measurement(capsys):
         return busy_measurement("sweep")
 
     settled = settle(noisy, what="the p99 target")  # quick mode (the tests'): a smoke test measures once
-    assert len(calls) == 1 and not settled.decided and "quick mode does not measure again" in settled.undecided()
+    assert len(calls) == 1
+    assert not settled.decided
+    assert "quick mode does not measure again" in settled.undecided()
     helpers.set_mode("full")
     calls.clear()
     settled = settle(noisy, what="the p99 target")
-    assert len(calls) == 2 and not settled.decided and settled.attempts == 2
-    assert settled.undecided().startswith("undecided: the p99 target: sweep:") and "busy" in settled.undecided()
+    assert len(calls) == 2
+    assert not settled.decided
+    assert settled.attempts == 2
+    assert settled.undecided().startswith("undecided: the p99 target: sweep:")
+    assert "busy" in settled.undecided()
     assert "re-measuring once" in capsys.readouterr().out
     quiet = settle(lambda: Measurement(samples=(1e-3,) * 8, label="q"), what="x")
-    assert quiet.decided and quiet.attempts == 1
+    assert quiet.decided
+    assert quiet.attempts == 1
     flaky = iter([busy_measurement(), Measurement(samples=(1e-3,) * 8)])
     assert settle(lambda: next(flaky), what="x").decided  # clean the second time: decided on that one
     with pytest.raises(ValueError):
@@ -134,7 +155,8 @@ def test_noise_stops_a_decision_after_one_more_measurement(capsys):
 
 def test_machine_id_is_stable_and_names_this_cpus_features():
     mid = dv.machine_id("cpu")
-    assert mid == dv.machine_id("cpu") and mid.startswith("cpu-")
+    assert mid == dv.machine_id("cpu")
+    assert mid.startswith("cpu-")
     assert all(f"-{t}" in mid for t in dv.feature_tags())
 
 
@@ -143,11 +165,15 @@ def test_a_dtype_too_slow_for_rounds_is_judged_on_alternated_single_calls():
 
     calls = []
     slow = rl._single_calls(lambda: time.sleep(0.02), lambda: calls.append(1), probe=0.02, dev=dv.choose_device("cpu"))
-    assert slow["outcome"] == "slower" and slow["ratio"] < 1 and len(calls) == rl.SLOW_CALLS
+    assert slow["outcome"] == "slower"
+    assert slow["ratio"] < 1
+    assert len(calls) == rl.SLOW_CALLS
     never = rl._single_calls(lambda: calls.append("x"), lambda: None, probe=rl.SLOW_CALL_LIMIT + 1, dev=None)
-    assert never["outcome"] == "undecided" and "x" not in calls  # a call beyond the limit is not repeated
+    assert never["outcome"] == "undecided"
+    assert "x" not in calls  # a call beyond the limit is not repeated
     rf = roof(PLAIN_XEON, {"matmul": {"fp16": never}})
-    assert "too slow to repeat" in rf.dtype_line("fp16") and "nan" not in rf.dtype_line("fp16")
+    assert "too slow to repeat" in rf.dtype_line("fp16")
+    assert "nan" not in rf.dtype_line("fp16")
     assert rl.speed_table(rf).loc["fp16", "matmul × fp32"] == "undecided (one call)"
 
 
@@ -159,5 +185,6 @@ def test_a_slow_draw_of_the_largest_copy_does_not_move_the_knee_up():
     bws = [55.1e9, 44.1e9, 26.5e9, 23.0e9, 14.7e9, 14.6e9]
     assert rl.cache_knee(sizes, bws)["fast_up_to"] == 256 * mib  # the sweep's own tail as main memory
     knee = rl.cache_knee(sizes, bws, main_memory=24.5e9)  # the memory roof: the best large copy here
-    assert knee["fast_up_to"] == 64 * mib and knee["slow_from"] == 128 * mib
+    assert knee["fast_up_to"] == 64 * mib
+    assert knee["slow_from"] == 128 * mib
     assert knee["gain"] == pytest.approx(44.1 / 24.5)

@@ -52,8 +52,10 @@ def test_oom_backoff_halves_the_batch_and_keeps_every_output():
     x = torch.arange(23.0)
     result = run_with_oom_backoff(limited, x, batch=16)
     assert torch.equal(result.outputs, x * 2)
-    assert result.batch == 4 and result.retries == [(16, 8), (8, 4)]
-    assert calls[:3] == [16, 8, 4] and max(calls[3:]) <= 4
+    assert result.batch == 4
+    assert result.retries == [(16, 8), (8, 4)]
+    assert calls[:3] == [16, 8, 4]
+    assert max(calls[3:]) <= 4
 
 
 def test_oom_backoff_gives_up_with_a_clear_message():
@@ -98,7 +100,8 @@ def test_with_memory_cap_raises_like_a_full_device_and_otherwise_returns():
     with pytest.raises(torch.OutOfMemoryError, match="simulated"):
         double(x[:50])
     result = run_with_oom_backoff(double, x, batch=64)
-    assert torch.equal(result.outputs, x * 2) and result.batch <= 40
+    assert torch.equal(result.outputs, x * 2)
+    assert result.batch <= 40
 
 
 def test_oom_backoff_frees_after_each_failure_and_halves_the_failed_chunk(monkeypatch):
@@ -122,7 +125,8 @@ def test_oom_backoff_frees_after_each_failure_and_halves_the_failed_chunk(monkey
     result = oom.run_with_oom_backoff(limited, x, batch=16)
     assert torch.equal(result.outputs, x + 1)
     assert result.retries[:3] == [(16, 8), (8, 4), (4, 2)]
-    assert len(freed) == len(result.retries) and all(freed)
+    assert len(freed) == len(result.retries)
+    assert all(freed)
     with pytest.raises(ValueError, match="no inputs"):
         oom.run_with_oom_backoff(limited, torch.empty(0), batch=4)
 
@@ -164,7 +168,8 @@ def test_loading_with_mmap_or_on_meta_holds_one_private_copy(tmp_path):
     assert 0.8 * weights <= both["torch.load(mmap=True)"]["anon"] < 1.5 * weights, both  # the model's only
     assert both["meta + assign"]["anon"] < 0.2 * weights, both
     after = got["meta + assign"]["after the first forward"]
-    assert after["file"] >= 0.8 * weights and after["anon"] < 0.5 * weights, after  # read from the file, not copied
+    assert after["file"] >= 0.8 * weights, after
+    assert after["anon"] < 0.5 * weights, after  # read from the file, not copied
     with pytest.raises(ValueError, match="loading method"):
         memory.load_memory(path, "pickle")
 

@@ -26,9 +26,12 @@ def sut():
 
 def test_single_stream_is_valid_and_read_from_the_summary(sut, tmp_path):
     summary = mlperf.run(sut, "SingleStream", min_duration=0.2, min_queries=64, folder=tmp_path)
-    assert summary.valid and summary.why() == "VALID", summary.why()
-    assert summary.scenario == "SingleStream" and summary.mode == "PerformanceOnly"
-    assert summary.checks and all(summary.checks.values())
+    assert summary.valid, summary.why()
+    assert summary.why() == "VALID", summary.why()
+    assert summary.scenario == "SingleStream"
+    assert summary.mode == "PerformanceOnly"
+    assert summary.checks
+    assert all(summary.checks.values())
     assert 0 < summary.latencies["50.00"] <= summary.raw == summary.latencies["90.00"] <= summary.latencies["99.00"]
     # the published result is early stopping's estimate of the p90: never below the measured one
     estimate = next(line for line in summary.early_stopping if "90.0th percentile estimate" in line)
@@ -46,8 +49,10 @@ def test_offline_is_valid_and_batches_its_one_query(tmp_path):
     with mlperf.SUT(predict, SAMPLES, max_batch=16) as sut:
         summary = mlperf.run(sut, "Offline", min_duration=0.2, expected_qps=20_000, folder=tmp_path)
     assert summary.valid, summary.why()
-    assert summary.result > 0 and summary.metric == "samples/s"
-    assert sum(sizes) >= 4000 and max(sizes) == 16  # expected_qps × min_duration samples, 16 at a time
+    assert summary.result > 0
+    assert summary.metric == "samples/s"
+    assert sum(sizes) >= 4000
+    assert max(sizes) == 16  # expected_qps × min_duration samples, 16 at a time
 
 
 def test_an_accuracy_run_logs_every_sample_once_with_what_predict_returned(sut, tmp_path):
@@ -59,7 +64,8 @@ def test_an_accuracy_run_logs_every_sample_once_with_what_predict_returned(sut, 
 
 def test_queries_needed_is_loadgens_binomial_test():
     assert mlperf.queries_needed(0) == mlperf.EARLY_STOPPING_QUERIES["Server"] == 459
-    assert mlperf.queries_needed(1) == 662 and mlperf.queries_needed(2) > 662  # each miss costs queries
+    assert mlperf.queries_needed(1) == 662
+    assert mlperf.queries_needed(2) > 662  # each miss costs queries
 
 
 def test_a_performance_run_logs_a_share_of_its_answers_as_test01_checks_them(tmp_path):
@@ -76,7 +82,8 @@ def test_a_performance_run_logs_a_share_of_its_answers_as_test01_checks_them(tmp
         with pytest.raises(ValueError, match="from 0 to 1"):
             mlperf.run(sut, "SingleStream", accuracy_log_probability=1.5, folder=tmp_path)
     logged = mlperf.read_accuracy(tmp_path, every=True)
-    assert summary.valid and 0 < len(logged) < len(answered)  # a share of the answers, not every one
+    assert summary.valid
+    assert 0 < len(logged) < len(answered)  # a share of the answers, not every one
     assert summary.fields["accuracy_log_probability"].startswith("0.5")
     assert all(value == LABELS[index].item() for index, value in logged)  # what predict returned, repeats included
 
@@ -92,14 +99,17 @@ def test_server_batches_what_waits_and_reports_the_scheduled_rate(tmp_path):
         summary = mlperf.run(
             sut, "Server", min_duration=0.3, min_queries=300, target_qps=1000, latency_bound=0.5, folder=tmp_path
         )
-    assert summary.scenario == "Server" and summary.result > 0
-    assert sum(sizes) >= 300 and max(sizes) > 1  # every query answered; some answered together
+    assert summary.scenario == "Server"
+    assert summary.result > 0
+    assert sum(sizes) >= 300
+    assert max(sizes) > 1  # every query answered; some answered together
 
 
 def test_an_invalid_run_says_why_in_loadgens_words(sut, tmp_path):
     # MultiStream with far fewer queries than early stopping needs: INVALID, and the summary says so
     summary = mlperf.run(sut, "MultiStream", min_duration=0.05, min_queries=10, max_duration=0.1, folder=tmp_path)
-    assert not summary.valid and summary.why().startswith("INVALID: ")
+    assert not summary.valid
+    assert summary.why().startswith("INVALID: ")
     assert "early stopping satisfied: no" in summary.why()
     assert any("662" in line for line in summary.early_stopping)
 
@@ -151,10 +161,14 @@ def test_an_llm_is_served_with_token_latencies_and_its_greedy_tokens(tmp_path):
             min_queries=40,
             folder=tmp_path,
         )
-    assert summary.scenario == "Server" and summary.ttft and summary.tpot  # LoadGen measured both token latencies
-    assert 0 < summary.ttft["50.00"] <= summary.ttft["99.00"] and summary.tpot["50.00"] > 0
+    assert summary.scenario == "Server"
+    assert summary.ttft
+    assert summary.tpot
+    assert 0 < summary.ttft["50.00"] <= summary.ttft["99.00"]
+    assert summary.tpot["50.00"] > 0  # LoadGen measured both token latencies
     assert float(summary.fields["Completed tokens per second"]) > 0
-    assert sut.answers and sut.engine is not None
+    assert sut.answers
+    assert sut.engine is not None
     for index, tokens in sut.answers.items():  # what LoadGen was answered is the model's greedy decoding
         r = requests[index]
         alone, _ = llm.generate(model, torch.tensor([r.prompt]), r.max_new)
@@ -183,10 +197,12 @@ def test_serve_live_takes_requests_while_it_runs_and_reports_first_and_last_toke
         time.sleep(0.005)
     inbox.put(None)
     engine.join(timeout=30)
-    assert not engine.is_alive() and len(out[0].traces) == 5
+    assert not engine.is_alive()
+    assert len(out[0].traces) == 5
     for tag, request in prompts.items():
         alone, _ = llm.generate(model, torch.tensor([request.prompt]), request.max_new)
-        assert dones[tag] == alone[0].tolist() and firsts[tag] == dones[tag][0]
+        assert dones[tag] == alone[0].tolist()
+        assert firsts[tag] == dones[tag][0]
 
 
 def test_threads_against_processes_in_rounds():
@@ -196,9 +212,11 @@ def test_threads_against_processes_in_rounds():
 
     with processes.Workers(functools.partial(_sleeper, 0.002), 2) as workers:
         cmp, latencies = processes.compare(workers, processes.sizes(2), window=0.05, rounds=3)
-    assert cmp.labels == list(processes.sizes(2)) and all(cmp[label].n == 3 for label in cmp.labels)
+    assert cmp.labels == list(processes.sizes(2))
+    assert all(cmp[label].n == 3 for label in cmp.labels)
     one, two = latencies["1 process × 2 threads"], latencies["2 processes × 1 thread"]
-    assert len(one) >= 3 and len(two) > len(one)  # two processes did about twice the calls of one
+    assert len(one) >= 3
+    assert len(two) > len(one)  # two processes did about twice the calls of one
     assert min(one) >= 0.002
 
 

@@ -53,7 +53,8 @@ def test_nbmake_runs_keep_copies_and_fail_on_unexplained_stderr(tmp_path):
     text = run.stdout + run.stderr
     assert run.returncode == 1, text  # tests failed (not a usage or internal error)
     assert "course notebooks: mode" in text, text  # the root conftest.py was loaded
-    assert "1 passed" in text and "3 failed" in text, text
+    assert "1 passed" in text, text
+    assert "3 failed" in text, text
     assert "03_engine.ipynb left a serving engine's processes running: ['raylet" in text, text
     assert "01_noise.ipynb wrote to stderr what no notebook up to it explains" in text, text
     assert "a message nobody explains" in text, text

@@ -121,7 +121,8 @@ def test_each_entry_is_explained_by_the_notebook_it_names(entry):
     assert path.exists(), f"{entry.key}: no notebook {entry.notebook}"
     markdown = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
     assert entry.explained in markdown, f"{entry.key}: {entry.notebook}'s markdown does not explain it"
-    assert entry.kind in ("warning", "log", "stderr") and entry.where in ("cpu", "gpu", "any")
+    assert entry.kind in ("warning", "log", "stderr")
+    assert entry.where in ("cpu", "gpu", "any")
     assert entry.kind != "log" or entry.logger, f"{entry.key}: a log entry names its logger"
 
 
@@ -187,5 +188,6 @@ def test_the_process_wide_marker_filter_drops_only_the_markers():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "keep this line" in out.stderr and "and this one" in out.stderr
+    assert "keep this line" in out.stderr
+    assert "and this one" in out.stderr
     assert "USDT" not in out.stderr

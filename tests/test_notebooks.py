@@ -15,7 +15,8 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks():
-    assert NOTEBOOKS and NOTEBOOKS[0].name == "00_environment.ipynb"
+    assert NOTEBOOKS
+    assert NOTEBOOKS[0].name == "00_environment.ipynb"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -63,8 +64,11 @@ def test_skeleton(path):
     nbformat.validate(nb)
     assert nb.metadata["kernelspec"]["name"] == "python3"
     first = nb.cells[0]
-    assert first.cell_type == "markdown" and first.source.startswith(f"# {path.name[:2]} ")
-    assert "You will learn" in first.source and "Prerequisites" in first.source and "Run time" in first.source
+    assert first.cell_type == "markdown"
+    assert first.source.startswith(f"# {path.name[:2]} ")
+    assert "You will learn" in first.source
+    assert "Prerequisites" in first.source
+    assert "Run time" in first.source
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1, "exactly one cell tagged `parameters`"
     assert "COURSE_MODE" in tagged[0].source
@@ -115,7 +119,8 @@ def test_exercises_work_the_same_way(path):
         cell = nb.cells[solution]
         assert f"check_{n}(" in cell.source, f"the solution of exercise {n} runs check_{n}"
         hidden = cell.metadata.get("jupyter", {})
-        assert hidden.get("source_hidden") and hidden.get("outputs_hidden"), "solutions start collapsed"
+        assert hidden.get("source_hidden"), "solutions start collapsed"
+        assert hidden.get("outputs_hidden"), "solutions start collapsed"
         assert "solution" in cell.metadata.get("tags", []), "solution cells are tagged (handouts leave them out)"
 
 
@@ -144,7 +149,9 @@ def test_load_comparisons_use_one_arrival_trace_per_load():
     run = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "policy_run")
     make = next(n for n in ast.walk(run) if isinstance(n, ast.Call) and ast.unparse(n.func).endswith("make_requests"))
     keywords = {k.arg: ast.unparse(k.value) for k in make.keywords}
-    assert keywords["rate"] == "load" and "label" not in keywords["seed"] and "r" in keywords["seed"], keywords
+    assert keywords["rate"] == "load", keywords
+    assert "label" not in keywords["seed"], keywords
+    assert "r" in keywords["seed"], keywords
     loops = [n for n in ast.walk(tree) if isinstance(n, ast.For) and ast.unparse(n.iter) == "LOADS"]
     assert any("compare_runs" in ast.unparse(loop) and "POLICIES" in ast.unparse(loop) for loop in loops), (
         "13 must compare every policy, on repeated runs, at each load"
@@ -153,7 +160,9 @@ def test_load_comparisons_use_one_arrival_trace_per_load():
     spec = next(n for n in ast.walk(tree) if isinstance(n, ast.For) and ast.unparse(n.iter) == "SPEC_SLOTS")
     made = [i for i, n in enumerate(spec.body) if "make_requests" in ast.unparse(n)]
     timed = [i for i, n in enumerate(spec.body) if "interleaved(" in ast.unparse(n)]
-    assert made and timed and made[0] < timed[0], "13 must make a slot count's trace once, before timing"
+    assert made, "13 must make a slot count's trace once, before timing"
+    assert timed, "13 must make a slot count's trace once, before timing"
+    assert made[0] < timed[0], "13 must make a slot count's trace once, before timing"
     assert "serve(spec_target, spec_trace," in ast.unparse(spec), "every candidate must serve that one trace"
 
 

@@ -30,8 +30,11 @@ def test_export_has_a_dynamic_batch_and_runs_at_any_batch(cnn_path):
     model, path = cnn_path
     summary = onnxrt.graph_summary(path)
     dims = list(summary.inputs.values())[0]
-    assert isinstance(dims[0], str) and dims[1:] == [1, 8, 8]
-    assert summary.ops.get("Conv") == 1 and summary.external_bytes == 0 and summary.opset >= 17
+    assert isinstance(dims[0], str)
+    assert dims[1:] == [1, 8, 8]
+    assert summary.ops.get("Conv") == 1
+    assert summary.external_bytes == 0
+    assert summary.opset >= 17
     ort_model = onnxrt.OrtModel(onnxrt.session(path))
     for batch in (1, 3, 17):
         x = torch.randn(batch, 1, 8, 8)
@@ -42,7 +45,8 @@ def test_external_data_is_written_beside_the_graph(tmp_path):
     model = torch.nn.Linear(64, 64)
     path = onnxrt.export(model, torch.randn(2, 64), "lin", external_data=True, folder=tmp_path)
     summary = onnxrt.graph_summary(path)
-    assert path.with_name("lin.onnx.data").exists() and summary.external_bytes >= 64 * 64 * 4
+    assert path.with_name("lin.onnx.data").exists()
+    assert summary.external_bytes >= 64 * 64 * 4
 
 
 def test_export_works_after_the_course_sets_cudnn_precision(tmp_path):
@@ -74,9 +78,11 @@ class _Untraceable(torch.nn.Module):
 def test_a_model_that_runs_but_cannot_be_exported_ends_in_one_line(tmp_path, capfd):
     with pytest.raises(RuntimeError, match="could not capture _Untraceable.*data-dependent") as info:
         onnxrt.export(_Untraceable(), torch.randn(4, 3), "untraceable", folder=tmp_path)
-    assert one_line(info.value) and info.value.__cause__ is not None  # the exporter's error is chained
+    assert one_line(info.value)
+    assert info.value.__cause__ is not None  # the exporter's error is chained
     log = tmp_path / "untraceable.export.log"
-    assert str(log) in str(info.value) and "forward" in log.read_text()  # the wall of logs went to the file
+    assert str(log) in str(info.value)
+    assert "forward" in log.read_text()  # the wall of logs went to the file
     assert capfd.readouterr().err.count("\n") <= 2  # not to the learner's output
     assert not (tmp_path / "untraceable.onnx").exists()
 
@@ -96,7 +102,8 @@ def test_the_probe_really_opens_a_session(no_gpu, monkeypatch, capfd):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert not onnxrt.provider_works("CUDAExecutionProvider")
     works, why = onnxrt.provider_status("CUDAExecutionProvider")
-    assert not works and ("fell back" in why or "failed" in why)  # the reason is kept, not a guess
+    assert not works
+    assert "fell back" in why or "failed" in why  # the reason is kept, not a guess
     assert "onnxruntime:" not in capfd.readouterr().err
 
 
@@ -132,7 +139,8 @@ def test_io_binding_keeps_tensors_on_the_gpu_and_converts_dtypes(cuda_model):
 @pytest.mark.gpu(reason="a shared stream needs a CUDA GPU")
 def test_a_gpu_session_runs_on_a_stream_of_torchs_and_orders_itself_on_the_gpu(cuda_model):
     model, ort_model = cuda_model
-    assert ort_model.stream is not None and ort_model.stream.cuda_stream != 0
+    assert ort_model.stream is not None
+    assert ort_model.stream.cuda_stream != 0
     x = torch.randn(64, 1, 8, 8, device="cuda")
     torch.cuda.set_sync_debug_mode("error")  # no host synchronisation inside the call (a function, not a context)
     try:
@@ -220,7 +228,8 @@ def test_quantize_static_and_dynamic(cnn_path):
     x = torch.from_numpy(calibration[0])
     for quantized in (static, dynamic):
         out = onnxrt.OrtModel(onnxrt.session(quantized))(x)
-        assert out.shape == (8, 3) and torch.isfinite(out).all()
+        assert out.shape == (8, 3)
+        assert torch.isfinite(out).all()
         assert (out - model(x).detach()).abs().max() < 0.5  # int8, not garbage
 
 
@@ -242,7 +251,8 @@ def test_quantize_reduce_range_keeps_weights_in_seven_bits(cnn_path):
     seven = onnxrt.quantize(path, "static", calibration, reduce_range=True)
     assert seven != full  # its own file: a cached 8-bit model is never reused for it
     lo, hi = weight_range(seven)
-    assert -64 <= lo and hi <= 64
+    assert -64 <= lo
+    assert hi <= 64
     assert max(-weight_range(full)[0], weight_range(full)[1]) > 64  # the 8-bit one does use the wider range
     x = torch.from_numpy(calibration[0])
     assert (onnxrt.OrtModel(onnxrt.session(seven))(x) - model(x).detach()).abs().max() < 0.5
@@ -268,7 +278,9 @@ def test_tensorrt_libraries_are_found_where_make_trt_puts_them(tmp_path, monkeyp
 
     if onnxrt.find_library("libnvinfer.so.10") is None:  # as on the CI machine; after `make trt` it is found
         works, why = onnxrt.provider_status("TensorrtExecutionProvider")
-        assert not works and "make trt" in why and "libnvinfer.so.10" in why
+        assert not works
+        assert "make trt" in why
+        assert "libnvinfer.so.10" in why
     else:
         monkeypatch.setattr(onnxrt, "_library_dirs", lambda: [])  # the real install hidden: the message again
         monkeypatch.setattr(onnxrt, "find_library", lambda soname: None)
@@ -280,9 +292,11 @@ def test_tensorrt_libraries_are_found_where_make_trt_puts_them(tmp_path, monkeyp
     assert onnxrt.find_library("libnvinfer.so.10") == tmp_path / "libnvinfer.so.10"
     if not torch.cuda.is_available():
         works, why = onnxrt.provider_status("TensorrtExecutionProvider")
-        assert not works and "no CUDA GPU" in why
+        assert not works
+        assert "no CUDA GPU" in why
     report = onnxrt.tensorrt_report()
-    assert str(tmp_path / "libnvonnxparser.so.10") in report and "TensorrtExecutionProvider" in report
+    assert str(tmp_path / "libnvonnxparser.so.10") in report
+    assert "TensorrtExecutionProvider" in report
 
 
 def test_the_tensorrt_pins_match_what_the_provider_links():
@@ -300,7 +314,8 @@ def test_the_tensorrt_pins_match_what_the_provider_links():
     major = linked.pop().decode()
     text = (Path(__file__).resolve().parents[1] / "requirements-trt.txt").read_text()
     pins = [line for line in text.splitlines() if line.startswith("tensorrt")]
-    assert pins and all(f"=={major}." in pin for pin in pins), (major, pins)
+    assert pins, (major, pins)
+    assert all(f"=={major}." in pin for pin in pins), (major, pins)
     assert all(lib.endswith(f".so.{major}") for lib in onnxrt.TENSORRT_LIBS), (major, onnxrt.TENSORRT_LIBS)
 
 
@@ -308,7 +323,8 @@ def test_profile_ops_reports_the_kernels_that_ran(cnn_path):
     _, path = cnn_path
     ops = onnxrt.profile_ops(path, np.random.rand(4, 1, 8, 8).astype(np.float32), calls=3)
     assert "Conv" in ops or "FusedConv" in ops, ops
-    assert all(us >= 0 for us in ops.values()) and list(ops.values()) == sorted(ops.values(), reverse=True)
+    assert all(us >= 0 for us in ops.values())
+    assert list(ops.values()) == sorted(ops.values(), reverse=True)
 
 
 def test_a_spinning_session_timed_beside_another_candidate_is_named():

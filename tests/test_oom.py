@@ -27,10 +27,12 @@ def test_search_and_backoff_free_through_the_one_rule(monkeypatch):
         return chunk_or_batch
 
     search = oom.largest_fitting_batch(fits_up_to_5, limit=64)
-    assert search.largest == 5 and len(freed) == sum(not ok for _, ok in search.attempts)
+    assert search.largest == 5
+    assert len(freed) == sum(not ok for _, ok in search.attempts)
     freed.clear()
     result = oom.run_with_oom_backoff(fits_up_to_5, torch.arange(12.0), batch=8)
-    assert torch.equal(result.outputs, torch.arange(12.0)) and result.retries == [(8, 4)]
+    assert torch.equal(result.outputs, torch.arange(12.0))
+    assert result.retries == [(8, 4)]
     assert freed == [torch.device("cpu")]  # freed once, on the inputs' device
 
 
@@ -63,7 +65,8 @@ def test_a_measured_cap_refuses_a_call_over_it_and_frees_its_result():
     refusing = oom.with_memory_cap(remember, cap_bytes=4 * 10 * 4)
     with pytest.raises(torch.OutOfMemoryError, match="simulated") as info:
         refusing(x[:41])
-    assert one_line(info.value) and "over the cap of 160" in str(info.value)
+    assert one_line(info.value)
+    assert "over the cap of 160" in str(info.value)
     del info
     assert kept[-1]() is None  # the refused call's output is not held anywhere
 
@@ -114,7 +117,8 @@ def test_a_real_cpu_allocation_failure_is_recognised():
 
 def test_the_search_survives_a_real_cpu_allocation_failure():
     search = oom.largest_fitting_batch(_real_allocation, start=1, limit=64, device="cpu")
-    assert 1 <= search.largest < 8 and not search.hit_limit
+    assert 1 <= search.largest < 8
+    assert not search.hit_limit
     assert (8, False) in search.attempts, search.attempts
 
 
@@ -125,7 +129,8 @@ def test_the_back_off_survives_a_real_cpu_allocation_failure():
 
     x = torch.arange(10.0)
     result = oom.run_with_oom_backoff(step, x, batch=8, device="cpu")
-    assert torch.equal(result.outputs, x * 2) and result.retries
+    assert torch.equal(result.outputs, x * 2)
+    assert result.retries
 
 
 def test_other_runtime_errors_still_propagate():
@@ -143,7 +148,8 @@ def test_a_capped_child_process_runs_a_small_batch_and_runs_out_of_memory_on_a_l
     outcomes = oom.attempts_under_cap(partial(oom.torchvision_batches, "resnet18", 64), [8, 1024], 100 * 2**20)
     assert [o["batch"] for o in outcomes] == [8, 1024]
     assert outcomes[0] == {"batch": 8, "outcome": "ran", "error": ""}
-    assert outcomes[1]["outcome"] != "ran" and outcomes[1]["error"]  # the real failure, with what the library said
+    assert outcomes[1]["outcome"] != "ran"
+    assert outcomes[1]["error"]  # the real failure, with what the library said
 
 
 def test_a_capped_child_needs_a_picklable_builder():
@@ -157,6 +163,8 @@ def test_the_search_runs_real_calls_under_a_real_cap_and_says_where_it_stopped()
 
     found = oom.largest_under_cap(partial(oom.torchvision_batches, "resnet18", 64), 48 * 2**20, limit=512)
     ran = [batch for batch, ok in found["attempts"] if ok]
-    assert found["attempts"][0] == (1, True) and found["largest"] == max(ran) < 512
-    assert found["first_failure"] and found["first_failure"][1]  # what the library said when memory ran out
+    assert found["attempts"][0] == (1, True)
+    assert found["largest"] == max(ran) < 512
+    assert found["first_failure"]
+    assert found["first_failure"][1]  # what the library said when memory ran out
     assert found["stopped"] is None or found["stopped"].startswith("RuntimeError")  # a failure not named OOM

@@ -31,7 +31,8 @@ def test_import_works_when_the_outputs_folder_cannot_be_made_and_the_first_write
     )
     proc = _python(code, str(blocker / "outputs"))
     assert proc.returncode == 0, proc.stderr
-    assert "refused: cannot write to" in proc.stdout and "COURSE_OUTPUTS" in proc.stdout
+    assert "refused: cannot write to" in proc.stdout
+    assert "COURSE_OUTPUTS" in proc.stdout
     refused = proc.stdout.split("refused: ", 1)[1].strip()
     assert "\n" not in refused
     assert "COURSE_OUTPUTS" in proc.stderr  # the import's own one-line warning
@@ -57,7 +58,8 @@ def test_a_relative_outputs_folder_is_taken_from_the_repository_root(monkeypatch
 
 def test_outputs_dir_creates_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_OUTPUTS", str(tmp_path / "not-yet"))
-    assert paths.outputs_dir() == tmp_path / "not-yet" and not (tmp_path / "not-yet").exists()
+    assert paths.outputs_dir() == tmp_path / "not-yet"
+    assert not (tmp_path / "not-yet").exists()
     assert paths.output_subdir("traces").is_dir()
 
 
@@ -75,13 +77,16 @@ def test_atomic_path_renames_only_a_complete_file(tmp_path):
     target = tmp_path / "model.onnx"
     target.write_text("old")
     with pytest.raises(RuntimeError), atomic_path(target) as tmp:
-        assert tmp.suffix == ".onnx" and tmp.parent == tmp_path
+        assert tmp.suffix == ".onnx"
+        assert tmp.parent == tmp_path
         tmp.write_text("half a fi")
         raise RuntimeError("interrupted mid-write")
-    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
     with atomic_path(target) as tmp:
         tmp.write_text("new")
-    assert target.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+    assert target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "", ".hidden", None, 3, "a\\b"])

@@ -55,7 +55,8 @@ def test_every_declared_dependency_is_pinned_exactly():
     for line in (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines():
         if line.strip() and not line.startswith("#"):
             name, _, version = line.split(";")[0].partition("==")  # a platform marker may follow the pin
-            assert version and re.fullmatch(r"[\w.+]+", version.strip()), f"not an exact pin: {line!r}"
+            assert version, f"not an exact pin: {line!r}"
+            assert re.fullmatch(r"[\w.+]+", version.strip()), f"not an exact pin: {line!r}"
             pins[name.strip().lower()] = version.strip()
     project = _project()
     for dep in [*project["dependencies"], *(d for extra in project["optional-dependencies"].values() for d in extra)]:

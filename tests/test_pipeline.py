@@ -78,15 +78,18 @@ def test_cuda_prefetcher_refuses_a_cpu_device():
 def test_cuda_prefetcher_delivers_the_same_batches_on_the_gpu():
     batches = [(torch.randn(4, 8).pin_memory(), torch.arange(4)) for _ in range(5)]
     out = list(pipeline.CudaPrefetcher(batches, "cuda"))
-    assert len(out) == 5 and all(x.is_cuda and y.is_cuda for x, y in out)
+    assert len(out) == 5
+    assert all(x.is_cuda and y.is_cuda for x, y in out)
     for (x, y), (gx, gy) in zip(batches, out, strict=True):
-        assert torch.equal(x, gx.cpu()) and torch.equal(y, gy.cpu())
+        assert torch.equal(x, gx.cpu())
+        assert torch.equal(y, gy.cpu())
 
 
 def test_to_device_follows_nested_batches():
     batch = {"x": torch.ones(2), "pair": (torch.zeros(1), "label")}
     moved = pipeline.to_device(batch, "cpu")
-    assert torch.equal(moved["x"], batch["x"]) and moved["pair"][1] == "label"
+    assert torch.equal(moved["x"], batch["x"])
+    assert moved["pair"][1] == "label"
 
 
 def test_overlap_seconds():
@@ -115,7 +118,8 @@ def test_uint8_photos_normalised_on_the_device_equal_the_float_pipeline():
     from helpers.data import PhotoDataset, normalize_on_device
 
     floats, raw = PhotoDataset(size=32), PhotoDataset(size=32, normalize=False)
-    assert raw[0].dtype == torch.uint8 and floats[0].dtype == torch.float32
+    assert raw[0].dtype == torch.uint8
+    assert floats[0].dtype == torch.float32
     batch = torch.stack([raw[i] for i in range(3)])
     torch.testing.assert_close(normalize_on_device(batch), torch.stack([floats[i] for i in range(3)]))
     from helpers.data import imagenet_stats

@@ -24,7 +24,8 @@ def test_bars_one_bar_per_measurement_with_error_bars():
     assert ax.patches[1].get_facecolor()[:3] == pytest.approx(plt.matplotlib.colors.to_rgb(plotting.BAD))
     assert "red" in ax.get_xlabel()  # the colour is explained where it is used
     label_x = [t.xy[0] for t in ax.texts]
-    assert label_x[0] >= 2.0 and label_x[1] >= 1.0  # each value sits at or past its whisker, never over the bar
+    assert label_x[0] >= 2.0
+    assert label_x[1] >= 1.0  # each value sits at or past its whisker, never over the bar
 
 
 def test_vs_batch_plots_items_per_second_and_the_median_latency():
@@ -46,7 +47,8 @@ def test_the_course_style_leaves_the_learners_settings_alone():
     assert dict(plt.rcParams) == before  # a style context, not a global rcParams change
     assert not fig.axes[0].spines["top"].get_visible()  # but the figure has the course's look
     fig, ax = plotting.subplots()
-    assert not ax.spines["right"].get_visible() and dict(plt.rcParams) == before
+    assert not ax.spines["right"].get_visible()
+    assert dict(plt.rcParams) == before
 
 
 def test_style_restores_only_its_own_settings():
@@ -65,10 +67,12 @@ def test_roofline_plot_has_a_roof_per_dtype_and_points():
     fig = plotting.roofline(synthetic(), points=[("add", 0.125, 1e9), ("matmul", 100.0, 80e9)])
     ax = fig.axes[0]
     assert len(ax.lines) == 2 + 2
-    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert ax.get_xscale() == "log"
+    assert ax.get_yscale() == "log"
     fig = plotting.roofline(synthetic(), points=[("add", 0.125, 1e9), ("tiny", 0.125, 1e6)], overhead=["tiny"])
     markers = [line.get_marker() for line in fig.axes[0].lines[2:]]
-    assert markers == ["o", "X"] and "overhead-bound" in fig.texts[0].get_text()
+    assert markers == ["o", "X"]
+    assert "overhead-bound" in fig.texts[0].get_text()
     with pytest.raises(ValueError, match="point labels"):
         plotting.roofline(synthetic(), points=[("add", 0.125, 1e9)], overhead=["nope"])
 
@@ -93,7 +97,8 @@ def test_waterfall_colours_bars_by_the_verdicts_given():
     few = Measurement(samples=(1.0, 1.1), label="few", session="s")  # too few samples: hatched, not "same"
     fig = plotting.waterfall(["slow", "few"], [1.0, 1.0], verdicts=[verdict(few, slow)])
     bar = fig.axes[0].patches[1]
-    assert bar.get_facecolor()[:3] == pytest.approx(to_rgb(plotting.UNDECIDED)) and bar.get_hatch() == "//"
+    assert bar.get_facecolor()[:3] == pytest.approx(to_rgb(plotting.UNDECIDED))
+    assert bar.get_hatch() == "//"
     other = Measurement(samples=slow.samples, label="other session", session="t")
     fig = plotting.waterfall(["slow", "other"], [1.0, 1.0], measurements=[slow, other])  # separate sessions
     assert fig.axes[0].patches[1].get_hatch() == "//"
@@ -106,7 +111,8 @@ def test_waterfall_colours_bars_by_the_verdicts_given():
 def test_lines_one_curve_per_series_and_a_roof():
     fig = plotting.lines([1, 2, 4], {"a": [1, 2, 3], "b": [3, 2, 1]}, "x", "y", hline=("roof", 4.0))
     ax = fig.axes[0]
-    assert len(ax.lines) == 3 and ax.get_xscale() == "log"
+    assert len(ax.lines) == 3
+    assert ax.get_xscale() == "log"
     with pytest.raises(ValueError):
         plotting.lines([1, 2], {"a": [1]}, "x", "y")
 

@@ -30,13 +30,15 @@ def test_trace_answers_the_capstone_questions(capfd):
     assert "USDT" not in capfd.readouterr().err  # the profiler's marker lines are dropped
     slow = profiling.within(profiling.load_trace(slow_path), "step")
     fast = profiling.within(profiling.load_trace(fast_path), "step")
-    assert profiling.read_backs(slow) == 2 and len(profiling.sync_calls(fast)) == 0  # one per .item()
+    assert profiling.read_backs(slow) == 2
+    assert len(profiling.sync_calls(fast)) == 0  # one per .item()
     assert profiling.noncontiguous_inputs(slow, "aten::conv2d") == 2
     assert profiling.noncontiguous_inputs(fast, "aten::conv2d") == 0
     assert "c10::BFloat16" in profiling.input_types(fast, "aten::conv2d")
     assert "c10::BFloat16" not in profiling.input_types(slow, "aten::conv2d")
     top = profiling.top_ops(slow, 3)
-    assert "count" in top.columns and len(top) == 3
+    assert "count" in top.columns
+    assert len(top) == 3
 
 
 def test_device_gaps_from_a_synthetic_timeline():
@@ -105,7 +107,8 @@ def test_conv_relayouts_and_conv_backends_name_what_the_trace_shows():
     assert len(profiling.conv_relayouts(traces["mixed"])) >= 1
     assert len(profiling.conv_relayouts(traces["nchw"])) == 0
     backends = profiling.conv_backends(traces["nchw"])
-    assert backends["count"].sum() == 1 and set(backends.index) <= set(profiling.CONV_BACKENDS)
+    assert backends["count"].sum() == 1
+    assert set(backends.index) <= set(profiling.CONV_BACKENDS)
 
 
 def _cpu_roofline(peak_flops, spread=None):
@@ -176,4 +179,6 @@ def test_the_nsight_script_runs_no_torch_profiler_and_says_why_it_stops_without_
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: the script would record for real")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and "no CUDA GPU" in out.stdout and len(out.stdout.strip().splitlines()) == 1, out
+    assert out.returncode == 2, out
+    assert "no CUDA GPU" in out.stdout, out
+    assert len(out.stdout.strip().splitlines()) == 1, out

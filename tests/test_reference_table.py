@@ -36,7 +36,9 @@ def test_gpu_references_say_which_gpu_driver_and_date():
     for path in REFERENCE.glob("cuda-*.jsonl"):
         env = json.loads(path.with_suffix(".env.json").read_text())
         assert env["machine_id"] == path.stem
-        assert env["environment"]["gpu"] and env["environment"]["driver"] and env["date"]
+        assert env["environment"]["gpu"]
+        assert env["environment"]["driver"]
+        assert env["date"]
         assert env["packages"]["torch"]
 
 
@@ -97,9 +99,11 @@ def test_the_run_time_map_has_a_column_per_machine_id(monkeypatch, tmp_path):
     monkeypatch.setattr(agenda, "REFERENCE", tmp_path)
     monkeypatch.setattr(agenda, "notebooks", lambda: ["09_capstone"])
     table = agenda.runtime_table()
-    assert "X, 2 CPUs, AVX2 |" in table.splitlines()[0] and "X, 2 CPUs, AVX512 AMX |" in table.splitlines()[0]
+    assert "X, 2 CPUs, AVX2 |" in table.splitlines()[0]
+    assert "X, 2 CPUs, AVX512 AMX |" in table.splitlines()[0]
     row = next(line for line in table.splitlines() if line.startswith("| 09 "))
-    assert "36 s / 2 min" in row and "12 s / 2 min" in row
+    assert "36 s / 2 min" in row
+    assert "12 s / 2 min" in row
 
 
 def test_runtimes_write_this_runs_environment(tmp_path):

@@ -34,7 +34,8 @@ def test_record_writes_context_to_this_machines_file():
         extra={"note": "hi"},
     )
     path = results.results_path()
-    assert path.exists() and path.parent.parent == Path(os.environ["COURSE_OUTPUTS"]).resolve()
+    assert path.exists()
+    assert path.parent.parent == Path(os.environ["COURSE_OUTPUTS"]).resolve()
     assert path.name == f"{rec['machine_id']}.jsonl"
     df = load_results()
     assert len(df) == 1
@@ -46,8 +47,12 @@ def test_record_writes_context_to_this_machines_file():
         2,
         "fp32",
     )
-    assert row["median"] == pytest.approx(0.002) and row["gb_per_s"] == 12.5 and row["extra_note"] == "hi"
-    assert row["mode"] == "quick" and row["device"] == "cpu" and row["v_torch"]
+    assert row["median"] == pytest.approx(0.002)
+    assert row["gb_per_s"] == 12.5
+    assert row["extra_note"] == "hi"
+    assert row["mode"] == "quick"
+    assert row["device"] == "cpu"
+    assert row["v_torch"]
     assert json.loads(path.read_text())["measurement"]["samples"] == [0.001, 0.002, 0.003]
 
 
@@ -57,7 +62,8 @@ def test_recorder_binds_the_notebook(tmp_path):
     rec(metrics={"x": 1.0}, experiment="a", variant="c")
     assert [r["variant"] for r in read_records(tmp_path / "r.jsonl")] == ["b", "c"]
     assert rec(metrics={"y": 2.0}, experiment="a", variant="d") is None  # quiet in a notebook cell
-    assert len(rec.records) == 3 and all(r["notebook"] == "01_bottlenecks" for r in rec.records)
+    assert len(rec.records) == 3
+    assert all(r["notebook"] == "01_bottlenecks" for r in rec.records)
 
 
 @pytest.mark.parametrize(
@@ -202,7 +208,8 @@ def test_load_reference_filters(tmp_path):
         rec["machine_id"] = machine
         append_record(rec, ref / f"{machine}.jsonl")
     df = load_reference(reference_dir=ref)
-    assert len(df) == 2 and set(df.source) == {"cuda-nvidia-h200.jsonl", "cpu-intel-xeon-2cpu.jsonl"}
+    assert len(df) == 2
+    assert set(df.source) == {"cuda-nvidia-h200.jsonl", "cpu-intel-xeon-2cpu.jsonl"}
     gpu = load_reference(notebook="00_environment", experiment="roofline", machine="h200", reference_dir=ref)
     assert list(gpu.gflops) == [100.0]
     assert load_reference(notebook="99_missing", reference_dir=ref).empty
@@ -239,7 +246,9 @@ def test_a_reference_table_says_where_each_row_ran(capsys):
     if table is None:
         pytest.skip("no GPU reference ships for 05")
     ort = table[table["variant"].str.contains("ORT")]  # that machine's ONNX Runtime had no GPU build
-    assert len(ort) and set(ort["device"]) == {"cpu"} and set(table["device"]) == {"cpu", "cuda"}
+    assert len(ort)
+    assert set(ort["device"]) == {"cpu"}
+    assert set(table["device"]) == {"cpu", "cuda"}
     assert "ran on different devices of that machine (cpu, cuda" in capsys.readouterr().out
 
 
@@ -247,8 +256,10 @@ def test_references_are_shown_in_readable_units(capsys):
     table = results.reference_table("01_bottlenecks", "h2d", columns=["bytes", "bytes_per_s"])
     if table is None:
         pytest.skip("no GPU reference ships")
-    assert {"median", "IQR", "size", "GB/s", "device"} <= set(table.columns) and "bytes_per_s" not in table.columns
-    assert all(v.endswith(("s", "—")) for v in table["median"]) and "measured" in capsys.readouterr().out
+    assert {"median", "IQR", "size", "GB/s", "device"} <= set(table.columns)
+    assert "bytes_per_s" not in table.columns
+    assert all(v.endswith(("s", "—")) for v in table["median"])
+    assert "measured" in capsys.readouterr().out
 
 
 def test_a_lock_that_cannot_be_created_is_refused_at_once_not_waited_for(tmp_path):
@@ -274,7 +285,8 @@ def test_lines_of_json_that_are_not_records_are_named_as_such(tmp_path):
         records = results.read_records(path)
     messages = " ".join(str(w.message) for w in caught)
     assert records == [{"a": 1}]
-    assert "1 incomplete line(s)" in messages and "2 line(s) of JSON that are not records" in messages
+    assert "1 incomplete line(s)" in messages
+    assert "2 line(s) of JSON that are not records" in messages
 
 
 def test_one_malformed_reference_record_does_not_break_the_load(tmp_path):

@@ -29,7 +29,8 @@ def test_quick_mode_takes_its_few_replicates_and_says_too_few():
 
     helpers.set_mode("quick")
     compared = rn.compare_runs({"A": lambda r: 0.01, "B": lambda r: 0.02}, float, statistic_name="s")
-    assert rn.replicates() == rn.QUICK_RUNS < rn.MIN_RUNS and compared.measurement("B").n == rn.QUICK_RUNS
+    assert rn.replicates() == rn.QUICK_RUNS < rn.MIN_RUNS
+    assert compared.measurement("B").n == rn.QUICK_RUNS
     assert compared.verdict("B").outcome == "too few samples"
     with pytest.raises(ValueError):
         rn.compare_runs({"A": lambda r: 1, "B": lambda r: 1}, float, statistic_name="x", runs=1)
@@ -91,7 +92,9 @@ def test_candidates_alternate_on_the_same_traces():
     assert [r for _, r in calls] == [r for r in range(rn.MIN_RUNS) for _ in range(3)]  # a replicate at a time
     assert [n for n, _ in calls[:6]] == ["A", "B", "C", "B", "C", "A"]  # the order rotates
     v = compared.verdict("B")
-    assert v.unit == "run" and v.outcome == "within noise" and "6 runs each" in v.sentence()
+    assert v.unit == "run"
+    assert v.outcome == "within noise"
+    assert "6 runs each" in v.sentence()
     assert compared.table().loc["A", "verdict"] == "baseline"
 
 
@@ -106,7 +109,8 @@ def test_compare_runs_refuses_what_it_cannot_judge():
 
 def test_run_interval_is_students_t_on_log_ratios():
     ratio, low, high = run_interval([1.0, 1.1, 0.9, 1.05, 0.95, 1.0])
-    assert low < ratio < high and low < 1 < high
+    assert low < ratio < high
+    assert low < 1 < high
     assert np.isnan(run_interval([1.2, 1.3])[1])  # two runs: no interval
 
 
@@ -115,14 +119,19 @@ def test_a_sweep_whose_p99_falls_with_load_is_flagged():
     assert rn.rising_with_load([10, 20], rising) is None
     falling = [[0.050 + 0.001 * i for i in range(6)], [0.020 + 0.001 * i for i in range(6)]]
     line = rn.rising_with_load([10, 20], falling)
-    assert line is not None and "10 → 20" in line and "\n" not in line
+    assert line is not None
+    assert "10 → 20" in line
+    assert "\n" not in line
 
 
 def test_runs_measurements_pair_by_replicate():
     compared = rn.compare_runs({"A": lambda r: 0.01, "B": lambda r: 0.02}, float, statistic_name="s")
     m = compared.measurement("B")
-    assert isinstance(m, Measurement) and m.timer == "runs" and m.samples == (0.02,) * rn.MIN_RUNS
-    assert compared.verdict("B").slower and compared.winner()[0] == "A"
+    assert isinstance(m, Measurement)
+    assert m.timer == "runs"
+    assert m.samples == (0.02,) * rn.MIN_RUNS
+    assert compared.verdict("B").slower
+    assert compared.winner()[0] == "A"
 
 
 def test_a_run_verdict_off_1_but_inside_the_margin_band_says_undecided_not_within_noise():
@@ -131,9 +140,13 @@ def test_a_run_verdict_off_1_but_inside_the_margin_band_says_undecided_not_withi
     )
     v = compared.verdict("B")
     if v.high < 1 and v.outcome == "within noise":  # the case the wording is for
-        assert "undecided" in v.sentence() and "excludes 1" in v.sentence() and "undecided" in v.short()
+        assert "undecided" in v.sentence()
+        assert "excludes 1" in v.sentence()
+        assert "undecided" in v.short()
     from helpers.verdict import Verdict
 
     made = Verdict("B", "A", "within noise", 0.55, 0.31, 0.99, 0.95, True, (6, 6), 6, unit="run")
-    assert made.sentence().startswith("B against A is undecided") and "within noise" not in made.sentence()
-    assert made.short().startswith("undecided") and made.phrase().startswith("undecided against A")
+    assert made.sentence().startswith("B against A is undecided")
+    assert "within noise" not in made.sentence()
+    assert made.short().startswith("undecided")
+    assert made.phrase().startswith("undecided against A")

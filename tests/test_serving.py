@@ -72,7 +72,9 @@ def test_poisson_arrivals_are_seeded_inside_the_run_and_at_the_rate():
     a = serving.poisson_arrivals(200, 10, seed=1)
     np.testing.assert_array_equal(a, serving.poisson_arrivals(200, 10, seed=1))
     assert not np.array_equal(a, serving.poisson_arrivals(200, 10, seed=2))
-    assert np.all(np.diff(a) > 0) and a[0] >= 0 and a[-1] < 10
+    assert np.all(np.diff(a) > 0)
+    assert a[0] >= 0
+    assert a[-1] < 10
     assert abs(len(a) - 2000) < 5 * np.sqrt(2000)  # Poisson count: within 5 standard deviations
     assert np.mean(np.diff(a)) == pytest.approx(1 / 200, rel=0.1)
 
@@ -107,12 +109,17 @@ def test_open_loop_answers_every_request_and_keeps_the_answers(fast_server):
     assert len(run.status) == len(serving.poisson_arrivals(100, 0.5, seed=4)) > 10
     assert run.ok.all()
     assert [a["echo"]["i"] for a in run.answers()] == [i % 5 for i in range(len(run.status))]  # cycled, in order
-    assert np.all(run.done >= run.sent) and np.all(run.latency > 0)
-    assert run.cpu_seconds > 0 and run.wall_seconds > 0.5
+    assert np.all(run.done >= run.sent)
+    assert np.all(run.latency > 0)
+    assert run.cpu_seconds > 0
+    assert run.wall_seconds > 0.5
     row = run.summary(p99_target=1.0)
-    assert row["setting"] == "fast" and row["requests"] == len(run.status) and row["errors"] == 0
+    assert row["setting"] == "fast"
+    assert row["requests"] == len(run.status)
+    assert row["errors"] == 0
     assert row["p50 (ms)"] <= row["p95 (ms)"] <= row["p99 (ms)"]
-    assert row["within target (req/s)"] == row["achieved (req/s)"] > 0 and row["meets p99 target"]
+    assert row["within target (req/s)"] == row["achieved (req/s)"] > 0
+    assert row["meets p99 target"]
 
 
 def test_a_slow_server_raises_latency_but_not_the_send_schedule(fast_server, slow_server):
@@ -124,7 +131,8 @@ def test_a_slow_server_raises_latency_but_not_the_send_schedule(fast_server, slo
     # sent when scheduled, answered or not: a generator that waited for answers (closed loop) would send at the
     # 20 req/s served: request k of 60 leaves at k/20 s, not k/40 s, a median lag near 0.75 s; 0.1 s leaves room
     # for a loaded 2-core machine's wake-ups
-    assert np.median(slow.lag) < 0.1 and np.median(fast.lag) < 0.1
+    assert np.median(slow.lag) < 0.1
+    assert np.median(fast.lag) < 0.1
     assert slow.ok.all()
     assert np.median(slow.latency) > 5 * np.median(fast.latency)
     assert slow.latency[-5:].mean() > slow.latency[:5].mean() + 0.2  # the queue grew through the run
@@ -135,13 +143,15 @@ def test_time_outs_and_connection_errors_are_counted_not_lost(slow_server):
     run = serving.open_loop(slow_server, ["{}"], rate=60, duration=0.5, timeout=0.05)
     assert (run.status == 0).any()
     row = run.summary(p99_target=0.05)
-    assert row["timeouts"] == int((run.status == 0).sum()) and not row["meets p99 target"]
+    assert row["timeouts"] == int((run.status == 0).sum())
+    assert not row["meets p99 target"]
     assert run.saturated()
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     refused = serving.open_loop(f"http://127.0.0.1:{port}/", ["{}"], rate=20, duration=0.3)
-    assert (refused.status == -1).all() and refused.summary()["errors"] == len(refused.status)
+    assert (refused.status == -1).all()
+    assert refused.summary()["errors"] == len(refused.status)
 
 
 def _run(status, latency, rate=10.0, duration=1.0):
@@ -166,7 +176,8 @@ def test_summary_counts_each_kind_of_answer_and_the_goodput():
     row = run.summary(p99_target=0.05)
     assert (row["503"], row["errors"], row["timeouts"]) == (2, 1, 1)
     assert row["within target (req/s)"] == 3.0  # three 200s within 50 ms, over the 1 s run
-    assert row["p50 (ms)"] == pytest.approx(115.0) and not row["meets p99 target"]
+    assert row["p50 (ms)"] == pytest.approx(115.0)
+    assert not row["meets p99 target"]
     assert row["saturated"]  # it shed and timed out
     assert row["generator CPU (%)"] == 10.0
 
@@ -182,7 +193,8 @@ def test_a_steady_run_is_not_saturated_and_a_growing_queue_is():
     rng = np.random.default_rng(0)
     steady = _run([200] * 200, 0.01 + rng.exponential(0.002, 200))
     growing = _run([200] * 200, np.linspace(0.01, 1.0, 200) + rng.exponential(0.002, 200))
-    assert not steady.saturated() and growing.saturated()
+    assert not steady.saturated()
+    assert growing.saturated()
 
 
 def test_knee_goodput_and_capacity():
@@ -191,13 +203,15 @@ def test_knee_goodput_and_capacity():
         {"offered (req/s)": 20, "saturated": False, "meets p99 target": True},
         {"offered (req/s)": 40, "saturated": True, "meets p99 target": False},
     ]
-    assert serving.knee(rows) == 40 and serving.goodput(rows) == 20
+    assert serving.knee(rows) == 40
+    assert serving.goodput(rows) == 20
     assert serving.knee(rows[:2]) is None
     blip = [{**rows[0], "saturated": True}, *rows[1:]]  # saturated once, below a rate that kept up: not the knee
     assert serving.knee(blip) == 40
     assert serving.knee([{**r, "saturated": True} for r in rows]) == 10
     assert serving.goodput([{**r, "meets p99 target": False} for r in rows]) == 0.0
-    assert serving.machines_for(1000, 20) == 50 and serving.machines_for(1001, 20) == 51
+    assert serving.machines_for(1000, 20) == 50
+    assert serving.machines_for(1001, 20) == 51
     assert serving.cost_per_million(100, 0.36) == pytest.approx(1.0)  # 360 000 requests per $0.36-hour
     with pytest.raises(ValueError, match="meets p99 target"):
         serving.goodput([{"offered (req/s)": 1}])
@@ -210,7 +224,8 @@ def test_knee_goodput_and_capacity():
 def test_batch_samples_feed_the_simulation_of_a_run():
     recorded = [(1, 0.001)] * 5 + [(4, 0.002)] * 4 + [(9, 0.01)]
     sizes, samples = serving.batch_service_samples(recorded, min_count=3)
-    assert sizes == [1, 4] and samples == [[0.001] * 5, [0.002] * 4]
+    assert sizes == [1, 4]
+    assert samples == [[0.001] * 5, [0.002] * 4]
     with pytest.raises(ValueError, match="recorded 20 times"):
         serving.batch_service_samples(recorded, min_count=20)
     with pytest.raises(ValueError, match="batch size"):
@@ -233,7 +248,8 @@ def test_listeners_tells_the_loopback_from_every_interface():
         try:
             loop_port, any_port = map(int, child.stdout.readline().split())
             found = {r["port"]: r for r in serving.listeners(serving.child_processes())}
-            assert found[loop_port]["loopback"] and not found[any_port]["loopback"]
+            assert found[loop_port]["loopback"]
+            assert not found[any_port]["loopback"]
             assert found[loop_port]["pid"] == child.pid
         finally:
             child.kill()
@@ -315,12 +331,16 @@ def test_repeated_runs_summarize_to_one_row_that_counts_every_request():
     clean = [_run([200] * 20, [0.01 + 0.001 * i for i in range(20)]) for _ in range(5)]
     shed = _run([200] * 19 + [503], [0.01] * 20)
     row = serving.summarize_runs([*clean, shed], p99_target=0.05, extra=[{"mean batch": 2.0}] * 6)
-    assert row["runs"] == 6 and row["requests"] == 120 and row["503"] == 1
+    assert row["runs"] == 6
+    assert row["requests"] == 120
+    assert row["503"] == 1
     assert not row["meets p99 target"]  # one run shed a request: the point does not meet the target
     assert row["saturated"]  # and its queue was full: the point is saturated, though most runs kept up
     assert serving.summarize_runs(clean, p99_target=0.05)["meets p99 target"]
-    assert row["mean batch"] == 2.0 and "–" in row["p99 lowest–highest (ms)"]
-    assert serving.knee([row]) == 10.0 and serving.goodput([row]) == 0.0  # knee and goodput read such rows
+    assert row["mean batch"] == 2.0
+    assert "–" in row["p99 lowest–highest (ms)"]
+    assert serving.knee([row]) == 10.0
+    assert serving.goodput([row]) == 0.0  # knee and goodput read such rows
     with pytest.raises(ValueError):
         serving.summarize_runs([], p99_target=0.05)
 
@@ -329,7 +349,11 @@ def test_the_generator_is_started_once_for_many_runs_and_is_not_an_engine_proces
     first = serving.open_loop(fast_server, ["{}"], rate=50, duration=0.2)
     pid = serving.generator_pid()
     second = serving.open_loop(fast_server, ["{}"], rate=50, duration=0.2, seed=1)
-    assert pid is not None and serving.generator_pid() == pid  # the same process served both runs
-    assert first.ok.all() and second.ok.all() and len(first.status) and len(second.status)
+    assert pid is not None
+    assert serving.generator_pid() == pid
+    assert first.ok.all()
+    assert second.ok.all()
+    assert len(first.status)
+    assert len(second.status)  # the same process served both runs
     assert pid not in {p.pid for p in serving.child_processes()}
     assert serving.p99_of_all(first, 1.0) == pytest.approx(float(np.percentile(first.latency, 99)))

@@ -45,7 +45,9 @@ def test_tiny_workload_is_batched_and_every_call_runs():
 def test_fixed_number_is_respected():
     calls = []
     m = benchmark(lambda: calls.append(1), warmup=0, repeats=3, number=7, budget=None)  # clamping: tested below
-    assert m.number == 7 and m.n == 3 and len(calls) == 1 + 21
+    assert m.number == 7
+    assert m.n == 3
+    assert len(calls) == 1 + 21
 
 
 def test_first_call_is_timed_apart():
@@ -57,8 +59,10 @@ def test_first_call_is_timed_apart():
             time.sleep(0.2)
 
     m = benchmark(slow_first_call, warmup=1, repeats=5)
-    assert m.first_call is not None and m.first_call >= 0.2
-    assert m.median < 0.05 and m.max < 0.2
+    assert m.first_call is not None
+    assert m.first_call >= 0.2
+    assert m.median < 0.05
+    assert m.max < 0.2
 
 
 # -- the time budget (these run in quick mode, set by conftest; each passes its budget explicitly) ------------
@@ -68,7 +72,9 @@ def test_budget_stops_early_with_enough_samples_for_a_verdict():
     # 0.3 s holds about 29 sleeps of 10 ms: MIN_SAMPLES (5) still fit if a loaded VM wakes each one 50 ms late
     start = time.perf_counter()
     m = benchmark(time.sleep, 0.01, warmup=0, repeats=1000, budget=0.3)
-    assert 3 <= m.n < 50 and not m.budget_limited and m.budget == 0.3  # ignoring the budget: 1000 samples, 10 s
+    assert 3 <= m.n < 50
+    assert not m.budget_limited
+    assert m.budget == 0.3  # ignoring the budget: 1000 samples, 10 s
     assert time.perf_counter() - start < 0.3 + 0.01 + 1.0  # the budget, the first call, slack for a busy machine
 
 
@@ -91,8 +97,12 @@ def test_a_call_longer_than_the_budget_gives_one_sample_and_says_so():
 
     start = time.perf_counter()
     m = benchmark(slow, warmup=5, repeats=20, budget=0.05)  # a call six times the budget
-    assert len(calls) == 2 and m.n == 1 and m.first_call >= 0.3  # the first call, then one timed sample
-    assert m.budget_limited and "budget-limited" in m.summary() and "budget" in m.advice
+    assert len(calls) == 2
+    assert m.n == 1
+    assert m.first_call >= 0.3
+    assert m.budget_limited
+    assert "budget-limited" in m.summary()
+    assert "budget" in m.advice  # the first call, then one timed sample
     assert time.perf_counter() - start < 2 * 0.3 + 1.5  # 20 samples would be 6 s
 
 
@@ -100,7 +110,8 @@ def test_explicit_number_and_repeats_never_run_past_the_budget():
     start = time.perf_counter()
     m = benchmark(time.sleep, 0.02, warmup=1, repeats=100, number=20, budget=0.2)  # 20 calls = 0.4 s a sample
     elapsed = time.perf_counter() - start
-    assert m.number < 20 and m.meta["number_asked"] == 20, "an explicit number is clamped to fit the budget"
+    assert m.number < 20, "an explicit number is clamped to fit the budget"
+    assert m.meta["number_asked"] == 20, "an explicit number is clamped to fit the budget"
     assert elapsed < 0.02 * 2 + 0.2 + 0.5, f"ran {elapsed:.2f} s against a 0.2 s budget"
 
 
@@ -114,12 +125,16 @@ def test_a_compiling_first_call_does_not_cost_the_samples():
         time.sleep(0.001)
 
     m = benchmark(compile_then_fast, warmup=2, repeats=20, budget=0.2)
-    assert m.first_call >= 0.3 and not m.budget_limited and m.n >= 5, m
+    assert m.first_call >= 0.3, m
+    assert not m.budget_limited, m
+    assert m.n >= 5, m
 
 
 def test_budget_none_runs_every_repeat():
     m = benchmark(time.sleep, 0.002, warmup=0, repeats=30, number=1, budget=None)
-    assert m.n == 30 and m.budget is None and not m.budget_limited
+    assert m.n == 30
+    assert m.budget is None
+    assert not m.budget_limited
 
 
 def test_probe_never_runs_a_size_predicted_over_the_limit(monkeypatch):
@@ -136,13 +151,16 @@ def test_probe_never_runs_a_size_predicted_over_the_limit(monkeypatch):
         return lambda: (ran.append(n), 1e-3 * (n / 10) ** 3)[1]
 
     probe = timing.fit_to_budget(make, [10, 20, 40, 80], limit=0.05, exponent=3)
-    assert probe.size == 20 and set(probe.timed) == {10, 20}
+    assert probe.size == 20
+    assert set(probe.timed) == {10, 20}
     assert set(ran) == {10, 20}, "the 40 and 80 calls (64 ms and 512 ms predicted) must not run"
-    assert probe.predicted[40] == pytest.approx(0.064) and probe.predicted[80] == pytest.approx(0.512)
+    assert probe.predicted[40] == pytest.approx(0.064)
+    assert probe.predicted[80] == pytest.approx(0.512)
     assert "not run" in probe.summary()
     ran.clear()
     slow = timing.fit_to_budget(lambda n: lambda: (ran.append(n), 1.0)[1], [10, 20], limit=0.05)
-    assert slow.size is None and ran == [10], "a cold call over the limit is the probe: no second call"
+    assert slow.size is None, "a cold call over the limit is the probe: no second call"
+    assert ran == [10], "a cold call over the limit is the probe: no second call"
     with pytest.raises(ValueError, match="exponent"):
         timing.fit_to_budget(make, [10], exponent="3")
     with pytest.raises(ValueError, match="sizes"):
@@ -174,14 +192,17 @@ def test_flush_cache_takes_one_call_per_sample_and_flushes_outside_the_clock():
     flush_s = min(benchmark(flusher, repeats=3, budget=None, warmup=1).samples)
     x = torch.randn(1024)
     m = benchmark(torch.add, x, 1.0, repeats=5, budget=None, flush_cache=True)
-    assert m.cache_flushed and m.number == 1 and m.n == 5
+    assert m.cache_flushed
+    assert m.number == 1
+    assert m.n == 5
     assert m.median < flush_s / 5, f"a sample ({m.median:.2e} s) must not contain the flush ({flush_s:.2e} s)"
 
 
 def test_torch_workload_and_items_give_throughput():
     x = torch.randn(64, 64)
     m = benchmark(torch.mm, x, x, items=64, repeats=5, label="mm")
-    assert m.device == "cpu" and m.timer == "perf_counter"
+    assert m.device == "cpu"
+    assert m.timer == "perf_counter"
     assert m.throughput == pytest.approx(64 / m.median)
 
 
@@ -189,7 +210,8 @@ def test_torch_workload_and_items_give_throughput():
 def test_cuda_uses_events():
     x = torch.randn(256, 256, device="cuda")
     m = benchmark(torch.mm, x, x, repeats=5)
-    assert m.timer == "cuda events" and m.median > 0
+    assert m.timer == "cuda events"
+    assert m.median > 0
 
 
 # -- statistics ---------------------------------------------------------------------------------------------
@@ -214,7 +236,9 @@ def test_statistics_agree_with_torch_utils_benchmark():
     raw = [0.010, 0.011, 0.012, 0.013, 0.020, 0.011, 0.012]
     tm = TorchMeasurement(number_per_run=1, raw_times=raw, task_spec=TaskSpec(stmt="pass", setup="pass"))
     m = Measurement.from_torch(tm, label="converted", device="cpu")
-    assert m.timer == "torch.utils.benchmark" and m.label == "converted" and m.device == "cpu"
+    assert m.timer == "torch.utils.benchmark"
+    assert m.label == "converted"
+    assert m.device == "cpu"
     assert m.median == pytest.approx(tm.median)
     assert m.iqr == pytest.approx(tm.iqr)
     assert m.noisy == (not tm.meets_confidence(0.1))
@@ -223,22 +247,31 @@ def test_statistics_agree_with_torch_utils_benchmark():
 def test_noise_flag():
     steady = Measurement.from_samples([1.0, 1.01, 0.99, 1.0, 1.02])
     noisy = Measurement.from_samples([1.0, 2.0, 1.0, 3.0, 1.5, 2.5])
-    assert not steady.noisy and "noisy" not in repr(steady) and steady.advice is None
-    assert noisy.noisy and "noisy" in repr(noisy) and "IQR" in noisy.advice and "re-run" in noisy.advice
+    assert not steady.noisy
+    assert "noisy" not in repr(steady)
+    assert steady.advice is None
+    assert noisy.noisy
+    assert "noisy" in repr(noisy)
+    assert "IQR" in noisy.advice
+    assert "re-run" in noisy.advice
 
 
 def test_noise_says_why_a_fastest_sample_far_below_the_median():
     # the review's case: every sample waited for a time slice (~13.6 ms) except one (6.4 µs); a tight IQR
     delayed = Measurement.from_samples([13.6e-3, 13.7e-3, 6.4e-6, 13.5e-3, 13.6e-3, 13.6e-3])
-    assert delayed.relative_iqr < 0.1 and delayed.noisy
-    assert "fastest sample" in delayed.advice and "delayed" in delayed.advice
+    assert delayed.relative_iqr < 0.1
+    assert delayed.noisy
+    assert "fastest sample" in delayed.advice
+    assert "delayed" in delayed.advice
 
 
 def test_noise_says_the_machine_was_busy():
     busy_load = {"usable_cpus": 2, "seconds": 1.0, "others_cpus": 1.6, "steal": 0.0, "loadavg": 3.1, "busy": True}
     m = Measurement.from_samples([1.0, 1.01, 0.99, 1.0], load=busy_load)
-    assert m.busy and m.noisy
-    assert "other processes used 1.6 of the 2 CPUs" in m.summary() and "close other programs" in m.advice
+    assert m.busy
+    assert m.noisy
+    assert "other processes used 1.6 of the 2 CPUs" in m.summary()
+    assert "close other programs" in m.advice
 
 
 def test_a_mostly_noisy_table_says_so_once(capsys):
@@ -248,7 +281,8 @@ def test_a_mostly_noisy_table_says_so_once(capsys):
     steady = Measurement.from_samples([1.0, 1.0, 1.0, 1.0], label="ok")
     assert noise_note([steady, noisy[0]]) is None
     note = noise_note([steady, *noisy])
-    assert note.startswith("⚠ 3 of 4 rows are noisy") and "re-run" in note
+    assert note.startswith("⚠ 3 of 4 rows are noisy")
+    assert "re-run" in note
     compare([steady, *noisy])
     assert capsys.readouterr().out.count("rows are noisy") == 1
 
@@ -261,7 +295,8 @@ def test_sweep_warning_names_a_drop_that_is_beyond_noise():
 
     assert sweep_warning([1, 2, 4], [m(1e-3), m(2e-3), m(4e-3)]) is None
     text = sweep_warning([1, 2, 4], [m(1e-3), m(2e-3), m(1e-3)])
-    assert "2 → 4" in text and "1 → 2" not in text
+    assert "2 → 4" in text
+    assert "1 → 2" not in text
     assert sweep_warning([1, 2], [m(1e-3), m(1.001e-3)]) is None  # within noise: not called a drop
     assert "not drift" not in text  # sizes timed apart: the drop may be a busy machine
 
@@ -269,7 +304,8 @@ def test_sweep_warning_names_a_drop_that_is_beyond_noise():
         return Measurement(samples=tuple(t * (1 + 0.01 * np.sin(np.arange(10)))), session="sweep")
 
     text = sweep_warning([1, 2, 4], [together(1e-3), together(2e-3), together(1e-3)])
-    assert "2 → 4" in text and "one session, so this is not drift" in text
+    assert "2 → 4" in text
+    assert "one session, so this is not drift" in text
     assert sweep_warning([1, 2, 4], [together(1e-3), together(2e-3), together(4e-3)]) is None
 
 
@@ -278,7 +314,8 @@ def test_to_dict_is_json_ready():
 
     m = Measurement.from_samples([0.001, 0.002, 0.003], label="x", items=4, first_call=0.5)
     data = json.loads(json.dumps(m.to_dict()))
-    assert data["median"] == pytest.approx(0.002) and data["samples"] == [0.001, 0.002, 0.003]
+    assert data["median"] == pytest.approx(0.002)
+    assert data["samples"] == [0.001, 0.002, 0.003]
     assert data["throughput"] == pytest.approx(2000)
 
 
@@ -306,19 +343,26 @@ def test_format_rate_and_repr_units():
     assert format_rate(2.5e9, "FLOP") == "2.5G FLOP/s"
     m = Measurement.from_samples([2e-3, 2e-3, 2e-3], label="conv", items=8, first_call=1.5)
     text = repr(m)
-    assert "conv" in text and "2.00 ms" in text and "first call 1.50 s" in text and "items/s" in text
+    assert "conv" in text
+    assert "2.00 ms" in text
+    assert "first call 1.50 s" in text
+    assert "items/s" in text
 
 
 def test_compare_judges_one_session_and_refuses_separate_ones():
     slow = Measurement.from_samples([2.0, 2.1, 1.9, 2.0, 2.0, 2.05], label="eager", session="s")
     fast = Measurement.from_samples([0.5, 0.51, 0.49, 0.5, 0.5, 0.52], label="compiled", session="s")
     table = compare([slow, fast], baseline="eager")
-    assert table.loc["eager", "speed-up"] == 1.0 and table.loc["eager", "verdict"] == "baseline"
+    assert table.loc["eager", "speed-up"] == 1.0
+    assert table.loc["eager", "verdict"] == "baseline"
     assert table.loc["compiled", "speed-up"] == pytest.approx(4.0, rel=0.03)
-    assert table.loc["compiled", "verdict"].endswith("faster") and "–" in table.loc["compiled", "interval"]
+    assert table.loc["compiled", "verdict"].endswith("faster")
+    assert "–" in table.loc["compiled", "interval"]
     other = Measurement.from_samples([0.5] * 6, label="another cell")  # another session: not compared
     row = compare([slow, other]).loc["another cell"]
-    assert row["verdict"] == "separate sessions" and pd.isna(row["speed-up"]) and row["interval"] == ""
+    assert row["verdict"] == "separate sessions"
+    assert pd.isna(row["speed-up"])
+    assert row["interval"] == ""
     why = "synthetic independent samples"
     assert compare([slow, other], independent=why).loc["another cell", "verdict"].endswith("faster")
     few = Measurement.from_samples([0.5, 0.5, 0.5], label="three samples", session="s")
@@ -336,7 +380,8 @@ def test_compare_judges_one_session_and_refuses_separate_ones():
 def test_non_callable_is_refused_with_a_hint():
     with pytest.raises(TypeError, match="callable") as info:
         benchmark(torch.ones(3))
-    assert one_line(info.value) and "benchmark(model, x)" in str(info.value)
+    assert one_line(info.value)
+    assert "benchmark(model, x)" in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -377,7 +422,8 @@ def test_timed_call_returns_the_result_and_the_time():
     from helpers.timing import timed_call
 
     seconds, out = timed_call(lambda x: (time.sleep(0.01), x * 2)[1], torch.ones(3))
-    assert seconds >= 0.01 and torch.equal(out, torch.full((3,), 2.0))
+    assert seconds >= 0.01
+    assert torch.equal(out, torch.full((3,), 2.0))
     assert not out.is_inference()  # the caller's autograd state, as benchmark's
     assert timed_call(lambda x: x * 2, torch.ones(3), inference_mode=True)[1].is_inference()
     with pytest.raises(TypeError, match="callable"):

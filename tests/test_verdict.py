@@ -47,8 +47,11 @@ def pair(a_median, b_median, spread=0.02, n=20, seed=0, drift=None):
 def test_two_sessions_are_not_compared_without_a_reason():
     fast, slow = samples(1.0, seed=1), samples(2.0, seed=2)  # no session: typed in, or two benchmark calls
     v = verdict(fast, slow)
-    assert v.outcome == "separate sessions" and not v.decided and np.isnan(v.low)
-    assert "separate sessions" in v.sentence() and "time_together" in v.sentence()
+    assert v.outcome == "separate sessions"
+    assert not v.decided
+    assert np.isnan(v.low)
+    assert "separate sessions" in v.sentence()
+    assert "time_together" in v.sentence()
     assert v.phrase() == "not compared with 2.0 (separate sessions)"
     a, _ = pair(1.0, 1.0)
     _, b = pair(1.0, 1.0)  # each from its own session
@@ -57,7 +60,9 @@ def test_two_sessions_are_not_compared_without_a_reason():
 
 def test_a_stated_reason_allows_independent_samples():
     v = verdict(samples(1.0, seed=1), samples(2.0, seed=2), independent="each is a fresh process")
-    assert v.outcome == "faster" and not v.paired and "fresh process" in v.sentence()
+    assert v.outcome == "faster"
+    assert not v.paired
+    assert "fresh process" in v.sentence()
     with pytest.raises(ValueError, match="independent") as info:
         verdict(samples(1.0), samples(2.0), independent=" ")
     assert one_line(info.value)
@@ -66,16 +71,21 @@ def test_a_stated_reason_allows_independent_samples():
 def test_one_session_is_compared_round_by_round():
     a, b = pair(1.0, 2.0)
     v = verdict(a, b)
-    assert v.paired and v.outcome == "faster" and v.ratio == pytest.approx(2.0, rel=0.05)
-    assert 1 < v.low <= v.ratio <= v.high and "(interleaved)" in v.sentence()
+    assert v.paired
+    assert v.outcome == "faster"
+    assert v.ratio == pytest.approx(2.0, rel=0.05)
+    assert 1 < v.low <= v.ratio <= v.high
+    assert "(interleaved)" in v.sentence()
 
 
 def test_clear_loss_gives_the_interval_of_the_slowdown():
     a, b = pair(1.3, 1.0, seed=4)
     v = verdict(a, b)
-    assert v.outcome == "slower" and v.high < 1
+    assert v.outcome == "slower"
+    assert v.high < 1
     said = v.sentence()
-    assert "slowdown" in said and "speed-up" not in said
+    assert "slowdown" in said
+    assert "speed-up" not in said
     low, high = (float(t) for t in said.split("interval ")[1].split("×")[0].split("–"))
     assert 1 < low <= 1 / v.ratio <= high
 
@@ -84,11 +94,14 @@ def test_interleaved_drift_cancels_in_the_paired_verdict():
     # Both candidates slow down 3× over the rounds (a laptop clocking down); b is always 5 % slower than a.
     a, b = pair(1e-3, 1.05e-3, spread=0.005, n=30, drift=np.linspace(1.0, 3.0, 30))
     paired = verdict(a, b)
-    assert paired.paired and paired.outcome == "faster" and paired.ratio == pytest.approx(1.05, rel=0.01)
+    assert paired.paired
+    assert paired.outcome == "faster"
+    assert paired.ratio == pytest.approx(1.05, rel=0.01)
     unpaired = verdict(
         Measurement.from_samples(a.samples, label="a"), Measurement.from_samples(b.samples, label="b"), independent=WHY
     )
-    assert not unpaired.paired and unpaired.outcome == "within noise", "drift hides the difference unpaired"
+    assert not unpaired.paired, "drift hides the difference unpaired"
+    assert unpaired.outcome == "within noise", "drift hides the difference unpaired"
 
 
 # -- the statistic -------------------------------------------------------------------------------------------
@@ -124,7 +137,8 @@ def test_aa_and_ab_rates_paired(n, spread):
         aa += verdict(a, b).decided
         a, b = pair(1.0, 1.3, spread=spread, n=n, seed=20_000 + t, drift=drift)
         ab += verdict(a, b).faster
-    assert aa / trials <= 0.05 and ab / trials >= 0.95, (aa / trials, ab / trials)
+    assert aa / trials <= 0.05, (aa / trials, ab / trials)
+    assert ab / trials >= 0.95, (aa / trials, ab / trials)
 
 
 def test_aa_and_ab_rates_independent():
@@ -135,13 +149,15 @@ def test_aa_and_ab_rates_independent():
         base = np.exp(0.05 * rng.standard_normal(10))
         aa += verdict(list(np.exp(0.05 * rng.standard_normal(10))), list(base), independent=WHY).decided
         ab += verdict(list(np.exp(0.05 * rng.standard_normal(10))), list(1.3 * base), independent=WHY).faster
-    assert aa / trials <= 0.05 and ab / trials >= 0.95, (aa / trials, ab / trials)
+    assert aa / trials <= 0.05, (aa / trials, ab / trials)
+    assert ab / trials >= 0.95, (aa / trials, ab / trials)
 
 
 def test_the_independent_interval_exact_and_approximate():
     b, c = np.array([2.0, 2.1, 1.9, 2.0, 2.05]), np.array([1.0, 1.02, 0.98, 1.0, 1.01])
     ratio, low, high = independent_interval(b, c)
-    assert low <= ratio <= high and ratio == pytest.approx(2.0, rel=0.03)
+    assert low <= ratio <= high
+    assert ratio == pytest.approx(2.0, rel=0.03)
     assert np.isnan(independent_interval(b[:3], c[:3])[1])  # 3 against 3 cannot reach 95 %
     big_b, big_c = np.exp(np.random.default_rng(0).normal(0.1, 0.05, 40)), np.ones(40)
     ratio, low, high = independent_interval(big_b, big_c)  # the normal approximation, beyond 20 a side
@@ -153,25 +169,36 @@ def test_the_independent_interval_exact_and_approximate():
 def test_the_margin_keeps_a_tiny_certain_difference_within_noise():
     a, b = pair(1.0, 1.01, spread=0.001, n=40)  # 1 % apart, certainly: not a lesson's difference
     v = verdict(a, b)
-    assert v.outcome == "within noise" and v.low > 1 and v.ratio < 1 + MARGIN
-    assert v.equivalent and "same time within ±3%" in v.sentence() and v.short() == "same within ±3%"
+    assert v.outcome == "within noise"
+    assert v.low > 1
+    assert v.ratio < 1 + MARGIN
+    assert v.equivalent
+    assert "same time within ±3%" in v.sentence()
+    assert v.short() == "same within ±3%"
     assert verdict(a, b, margin=0).faster  # without the margin it is decided
 
 
 def test_an_interval_off_1_that_reaches_the_margin_is_undecided_not_the_same():
     # 1.01-1.06x: excludes 1, so not "includes 1"; reaches past 1.03, so not "same within 3 %"; not clear of it
     v = Verdict("a", "b", "within noise", 1.03, 1.01, 1.06, 0.95, paired=True, n=(20, 20), min_samples=10)
-    assert not v.equivalent and not v.decided and "includes 1" not in v.sentence()
-    assert "undecided" in v.sentence() and "more rounds" in v.sentence() and v.short().startswith("undecided")
+    assert not v.equivalent
+    assert not v.decided
+    assert "includes 1" not in v.sentence()
+    assert "undecided" in v.sentence()
+    assert "more rounds" in v.sentence()
+    assert v.short().startswith("undecided")
     assert "undecided against b" in v.phrase()
     inside = Verdict("a", "b", "within noise", 1.01, 0.98, 1.05, 0.95, paired=True, n=(20, 20), min_samples=10)
-    assert "includes 1" in inside.sentence() and inside.short() == "within noise"
+    assert "includes 1" in inside.sentence()
+    assert inside.short() == "within noise"
 
 
 def test_too_few_samples():
     a, b = pair(1.0, 2.0, n=MIN_SAMPLES - 1)
     v = verdict(a, b)
-    assert v.outcome == "too few samples" and np.isnan(v.low) and str(MIN_SAMPLES) in v.sentence()
+    assert v.outcome == "too few samples"
+    assert np.isnan(v.low)
+    assert str(MIN_SAMPLES) in v.sentence()
     assert v.phrase() == "too few samples to compare with b"
     zeros = Measurement.from_samples([0.0] * 10, label="below the timer", session="s")
     assert verdict(zeros, Measurement.from_samples([1.0] * 10, session="s")).outcome == "too few samples"
@@ -196,7 +223,9 @@ def test_interleaved_alternates_and_times_first_calls_apart():
         budget=None,
         min_sample_time=1e-9,
     )
-    assert set(ms) == {"a", "b"} and ms["a"].session == ms["b"].session and ms["a"].n == ms["b"].n == MIN_ROUNDS
+    assert set(ms) == {"a", "b"}
+    assert ms["a"].session == ms["b"].session
+    assert ms["a"].n == ms["b"].n == MIN_ROUNDS
     assert ms["a"].first_call is not None
     rounds = order[2:]  # after the two first calls: one call per sample, the order rotating each round
     assert rounds[:4] == ["a", "b", "b", "a"]
@@ -215,15 +244,19 @@ def test_interleaved_stays_within_its_budget_past_the_minimum():
     start = time.perf_counter()
     ms = interleaved({"a": lambda: time.sleep(0.01), "b": lambda: time.sleep(0.01)}, repeats=1000, budget=0.3)
     assert time.perf_counter() - start < 0.02 + 0.3 + 1.0  # ignoring the budget: 20 s
-    assert MIN_ROUNDS <= ms["a"].n < 1000 and ms["a"].n == ms["b"].n and "over_budget_s" not in ms["a"].meta
+    assert MIN_ROUNDS <= ms["a"].n < 1000
+    assert ms["a"].n == ms["b"].n
+    assert "over_budget_s" not in ms["a"].meta
 
 
 def test_the_planner_fits_the_minimum_rounds_and_sizes_samples():
     p = plan([1e-5, 1e-4], remaining=1.0, min_sample_time=1e-3, min_rounds=MIN_ROUNDS)
     assert p.numbers == (100, 10)  # each sample lasts 1 ms
-    assert p.rounds >= MIN_ROUNDS and p.rounds * p.seconds_per_round <= 1.0
+    assert p.rounds >= MIN_ROUNDS
+    assert p.rounds * p.seconds_per_round <= 1.0
     slow = plan([0.5], remaining=1.0)  # a call too slow for the minimum: one call a sample, and fewer rounds
-    assert slow.numbers == (1,) and slow.rounds == 2
+    assert slow.numbers == (1,)
+    assert slow.rounds == 2
     assert plan([1e-6], remaining=float("inf")).rounds == float("inf")
     assert plan([1e-3], remaining=0.012, number=50).numbers == (2,)  # an asked number never runs past the budget
 
@@ -231,17 +264,22 @@ def test_the_planner_fits_the_minimum_rounds_and_sizes_samples():
 def test_time_together_returns_every_number_from_one_session():
     x = np.arange(20_000, dtype=np.float64)
     cmp = time_together({"slow": lambda: np.sort(np.tile(x, 4)), "fast": lambda: x.sum()}, budget=1.0)
-    assert cmp.baseline == "slow" and {m.session for m in cmp.measurements.values()} == {cmp["slow"].session}
+    assert cmp.baseline == "slow"
+    assert {m.session for m in cmp.measurements.values()} == {cmp["slow"].session}
     v = cmp.verdict("fast")
-    assert v.paired and v.ratio == cmp.speedup("fast") and cmp.verdicts() == {"fast": v}
+    assert v.paired
+    assert v.ratio == cmp.speedup("fast")
+    assert cmp.verdicts() == {"fast": v}
     best, against = cmp.winner()
-    assert best == "fast" and against[0].paired
+    assert best == "fast"
+    assert against[0].paired
     assert cmp.winner(among=["slow"]) == ("slow", [])  # the only allowed candidate wins without a verdict
     assert cmp.winner(among=["slow", "fast"])[0] == "fast"
     with pytest.raises(KeyError, match="not a candidate"):
         cmp.winner(among=["slow", "nope"])
     table = cmp.table()
-    assert table.loc["slow", "verdict"] == "baseline" and table.loc["fast", "verdict"] == v.short()
+    assert table.loc["slow", "verdict"] == "baseline"
+    assert table.loc["fast", "verdict"] == v.short()
     with pytest.raises(KeyError, match="not a candidate"):
         cmp["missing"]
     with pytest.raises(ValueError, match="against itself"):
@@ -258,9 +296,11 @@ def test_winner_in_one_session_is_decided_round_by_round():
     a = Measurement.from_samples(1.0 * drift, label="a", session=session)
     b = Measurement.from_samples(1.1 * np.roll(drift, 0), label="b", session=session)
     best, against = winner([b, a])
-    assert best.label == "a" and against[0].faster
+    assert best.label == "a"
+    assert against[0].faster
     best, vs = winner([samples(2.0, seed=1), samples(1.0, seed=2)])  # separate sessions: no verdict
-    assert best.label == "1.0" and vs[0].outcome == "separate sessions"
+    assert best.label == "1.0"
+    assert vs[0].outcome == "separate sessions"
 
 
 @pytest.mark.parametrize("bad", [[], [1.0, -1.0], [float("nan")], "fast"])
@@ -298,7 +338,8 @@ def test_a_setup_call_runs_before_each_sample_of_its_candidate_untimed():
     )
     timed = [i for i, c in enumerate(calls) if c == "timed"]  # every call, the first and warm-up ones too
     assert len(timed) == 1 + 2 + ms["after setup"].n
-    assert all(calls[i - 1] == "setup" for i in timed) and ms["after setup"].number == 1
+    assert all(calls[i - 1] == "setup" for i in timed)
+    assert ms["after setup"].number == 1
     assert ms["after setup"].median < 0.01, "the setup's 20 ms are outside the timed region"
     with pytest.raises(ValueError, match="not a candidate"):
         interleaved({"a": lambda: None, "b": lambda: None}, setup={"c": lambda: None})
@@ -322,7 +363,9 @@ def test_a_comparison_judges_time_per_item_across_batch_sizes():
         budget=1.0,
     )
     per_call, per_item = cmp.verdict("batch 4", "batch 1"), cmp.verdict("batch 4", "batch 1", per_item=True)
-    assert per_call.slower and per_item.paired and per_item.ratio > per_call.ratio
+    assert per_call.slower
+    assert per_item.paired
+    assert per_item.ratio > per_call.ratio
     no_items = time_together({"a": lambda: None, "b": lambda: None}, budget=0.2)
     with pytest.raises(ValueError, match="items"):
         no_items.verdict("b", per_item=True)
@@ -332,7 +375,8 @@ def test_too_few_samples_says_how_many_the_interval_needs():
     a = Measurement.from_samples([1.0, 1.1, 1.2], label="a")
     b = Measurement.from_samples([2.0, 2.1, 2.2], label="b")
     v = verdict(a, b, min_samples=3, independent="each is a fresh process")
-    assert v.outcome == "too few samples" and "at least 4 each" in v.sentence(), v.sentence()
+    assert v.outcome == "too few samples", v.sentence()
+    assert "at least 4 each" in v.sentence(), v.sentence()
     one = verdict(a, Measurement.from_samples([2.0], label="b"), min_samples=3, independent="fresh processes")
     assert "at least 4 each" in one.sentence(), one.sentence()  # below min_samples too: the real need, not 3
 
