@@ -257,7 +257,185 @@ def _device_busy_seconds(call: Callable[[torch.Tensor], Any], example: torch.Ten
     return busy_us / 1e6 / calls
 
 
-def diagnose(  # noqa: C901 - 23 branches: its three tests become functions of their own in the size issue (71)
+ORDER_WORDS = {
+    "cheaper": (  # each item the second doubling added cost less than each the first added
+        "Each item the second doubling added cost less than each the first added, beyond the noise (a fixed "
+        "cost plus a cost per item would make them equal): the bigger batch used the machine better, through "
+        "a kernel or a thread split this library picks only at that size (notebook 08 profiles one). Read each "
+        "batch size's regime on its own."
+    ),
+    "dearer": (
+        "Each item the second doubling added cost more than each the first added, beyond the noise (a fixed "
+        "cost plus a cost per item would make them equal): the machine fills up between these sizes (its cores, "
+        "caches or memory bandwidth), or the library switches kernels there."
+    ),
+}
+
+
+def _overhead_reason(
+    source: str,
+    explained: float,
+    overhead_share: float,
+    ops: int,
+    rf: Roofline,
+    fixed_share: float | None,
+    amortised: bool,
+) -> str:
+    """Why an overhead-bound call is: the GPU idle between launches (profiler), dispatch costs, or a fixed cost
+    per call that the doctor's counts leave unexplained."""
+    if source == "profiler":
+        return (
+            f"At the roofs its work would take {explained:.0%} of the measured time, and the GPU was "
+            f"idle for {overhead_share:.0%} of the call (profiler: kernel time against wall time), waiting for "
+            "the CPU to prepare and launch each op. Batch more, or cut the number of launches (fusion, CUDA "
+            "graphs)."
+        )
+    if overhead_share >= OVERHEAD_SHARE:
+        return (
+            f"At the roofs its work would take {explained:.0%} of the measured time, and {ops} "
+            f"ops × {rf.dispatch_latency * 1e6:.2f} µs (the cost of a typical small op here) are "
+            f"{overhead_share:.0%} of it: dispatching ops is what costs. Batch more, or cut the number of "
+            "ops (fusion, CUDA graphs)."
+        )
+    return (
+        f"At the roofs its work would take {explained:.0%} of the measured time; the first doubling "
+        f"puts about {fixed_share:.0%} of it in a fixed cost per call (time = fixed + per item × batch), and "
+        f"{ops} ops × {rf.dispatch_latency * 1e6:.2f} µs (a typical small op) only "
+        f"{overhead_share:.0%}: "
+        "that fixed cost is unexplained by what the doctor counts: the Python around the ops "
+        "(nn.Module calls, which a bare op does not pay and torch.compile removes), a per-call weight "
+        "reorder, or a slow small-batch kernel: profile the call (notebook 08) to see which. "
+        + ("A bigger batch shares it." if amortised else "The doublings above do not show a bigger batch sharing it.")
+    )
+
+
+def _incomplete_count(counts: Any) -> str:
+    """The sentence that says a FLOP count is a floor (an op FlopCounterMode has no formula for), or ""."""
+    if counts.flops_complete:
+        return ""
+    verb = "has" if len(counts.uncounted) == 1 else "have"
+    return (
+        f"The FLOP count is incomplete: {', '.join(sorted(counts.uncounted))} {verb} matrix products inside that "
+        "FlopCounterMode has no formula for (a fused op), so the counted FLOPs, the intensity and the work's share "
+        "of the time are floors, possibly far too low. "
+    )
+
+
+def _weight_bytes(model: Any) -> int:
+    """A module's parameters and buffers, in bytes (0 for a plain function)."""
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    return sum(_tensor_bytes(t) for t in (*model.parameters(), *model.buffers()))
+
+
+def _overhead_share(
+    call: Callable[..., Any], example: torch.Tensor, dev: torch.device, ops: int, rf: Roofline, seconds: float
+) -> tuple[float, str]:
+    """The share of a call's time that is overhead, and where it was read: on a GPU the time the device was idle
+    (the profiler), on a CPU the ops' count times a typical small op's dispatch cost."""
+    if dev.type == "cuda":
+        return 1.0 - min(1.0, _device_busy_seconds(call, example) / seconds), "profiler"
+    return min(1.0, ops * rf.dispatch_latency / seconds), "dispatch"
+
+
+def _growth_words(grows: bool, amortised: bool) -> str:
+    """What the doublings say about the work per item, where the FLOP count cannot place the call."""
+    if grows:
+        return "Its time follows the batch, so the work per item is what costs."
+    if amortised:
+        return (
+            "Its time grows less than the batch: part of it is shared by every item (fixed costs, or weights read "
+            "once per call)."
+        )
+    return (
+        "Its time grows less than the batch at one doubling and in proportion at the other: the doublings above "
+        "say which."
+    )
+
+
+#: What a batch that shares its cost says, by regime and whether the time stayed flat.
+SHARED_WORDS = {
+    ("memory", True): "The time did not grow with the batch: it goes to data every item shares (the weights), so a "
+    "bigger batch is almost free.",
+    ("memory", False): "The time grew less than the batch: part of it goes to data every item shares (the weights), "
+    "so a bigger batch costs less per item.",
+    ("compute", True): "The time did not grow with the batch: the machine is not saturated yet, so a bigger batch is "
+    "almost free.",
+    ("compute", False): "The time grew less than the batch: the machine is not saturated yet, so a bigger batch "
+    "still costs less per item.",
+}
+
+
+def _against_roof(rf: Roofline, counts: Any, seconds: float, dtype: str, fraction: float, words: str) -> str:
+    """``words`` with the share of a roof a call reached, or, above the roof (a count below the real work, or a
+    cache's bandwidth), the roofline's own explanation: never a share above 100 % as an achievement."""
+    if fraction <= 1:
+        return words.format(fraction)
+    return rf.place(counts.flops, counts.bytes, seconds, dtype)["explanation"]
+
+
+def _fixed_words(fixed_share: float | None) -> str:
+    """What the doublings put in a fixed cost per call (None: they fit no line of fixed + per item)."""
+    if fixed_share is None:
+        return "the doublings fit no one line of a fixed cost plus a cost per item"
+    if round(fixed_share, 2):
+        return f"the doublings put only {fixed_share:.0%} of it in a fixed cost per call"
+    return "the doublings put none of it in a fixed cost per call"
+
+
+def _check_diagnose(model: Any, example: Any, rf: Any, batch_dim: int) -> None:
+    check_callable("model", model, hint="diagnose() needs a model or function, e.g. diagnose(model, x, rf)")
+    check_instance("rf", rf, Roofline, hint="pass this machine's roofline, e.g. roofline.get_roofline(device)")
+    if not isinstance(example, torch.Tensor) or example.dim() == 0:
+        raise ValueError("diagnose() needs an example input tensor with a batch dimension, e.g. torch.randn(8, 784).")
+    if not -example.dim() <= batch_dim < example.dim():
+        raise ValueError(f"batch_dim={batch_dim} is not a dimension of an input of shape {tuple(example.shape)}.")
+    if example.shape[batch_dim] < 1:
+        raise ValueError("the example input's batch is empty; give it at least one item.")
+
+
+def _memory_roof(rf: Roofline, ws: int, dev: torch.device) -> tuple[float, bool, bool]:
+    """The memory roof a call with working set ``ws`` meets: ``(bandwidth, served from cache, decided by a copy
+    measured here)``. In cache by the knee this machine measured, or unknown (straddling it, no knee): on a CPU
+    a copy of the working set's size decides."""
+    fits = rf.fits_in_cache(ws)  # by the knee this machine measured (None: straddles it, or no knee decided)
+    bandwidth = rf._bandwidth()  # checked again here: a field can be changed after the roofline was built
+    measured_here = False
+    if fits is not False and dev.type == "cpu":  # in cache, or unknown: a copy of the working set's size decides
+        copy_bw = memory_bandwidth(dev, nbytes=max(ws // 2, 2**20), repeats=pick(15, 31))[0]  # its best sample
+        measured_here = fits is None and copy_bw >= CACHE_GAIN * rf.bandwidth  # ran as the sweep's cached sizes did
+        fits = True if measured_here else fits
+        bandwidth = max(rf.bandwidth, copy_bw) if fits else bandwidth
+    elif fits:
+        bandwidth = max(rf.bandwidth, memory_bandwidth(dev, nbytes=max(ws // 2, 2**20), repeats=pick(5, 9))[0])
+    return bandwidth, fits is True, measured_here
+
+
+def _where_served(rf: Roofline, ws: int, bandwidth: float, measured_here: bool) -> str:
+    """The reason that says a cache-resident call meets the cache's roof, not main memory's."""
+    cache = rf.cache_bytes or 0
+    knee = "the knee of its bandwidth sweep" if rf.cache_sweep else "as the OS reports it"
+    return (
+        f"Its working set ({ws / 2**20:.2f} MiB: weights, input, and the activations and output it holds at once) "
+        + (
+            f"was copied here {CACHE_GAIN:.1f}× faster or more than main memory ("
+            + (
+                "this machine's cache sweep was undecided"
+                if not rf.cache_sweep or rf.cache_sweep.get("undecided")
+                else "it lies between the largest copy this machine's sweep found cached and the smallest it found "
+                "in main memory"
+            )
+            + ", so a copy of its size decided): it is served from cache, and the memory roof that applies is the "
+            if measured_here
+            else f"fits in the {cache / 2**20:.0f} MiB this machine's caches served faster than main memory ({knee}), "
+            "so the memory roof that applies is the "
+        )
+        + f"cache's, {bandwidth / 1e9:.0f} GB/s (a copy of that size), "
+        f"not main memory's {rf.bandwidth / 1e9:.0f} GB/s. "
+    )
+
+
+def diagnose(
     model: Callable[..., Any],
     example: torch.Tensor,
     rf: Roofline,
@@ -272,15 +450,8 @@ def diagnose(  # noqa: C901 - 23 branches: its three tests become functions of t
     ``rf`` is this machine's measured roofline (``roofline.measure_roofline``); ``dtype`` picks which
     compute roof to compare against.
     """
-    check_callable("model", model, hint="diagnose() needs a model or function, e.g. diagnose(model, x, rf)")
-    check_instance("rf", rf, Roofline, hint="pass this machine's roofline, e.g. roofline.get_roofline(device)")
-    if not isinstance(example, torch.Tensor) or example.dim() == 0:
-        raise ValueError("diagnose() needs an example input tensor with a batch dimension, e.g. torch.randn(8, 784).")
-    if not -example.dim() <= batch_dim < example.dim():
-        raise ValueError(f"batch_dim={batch_dim} is not a dimension of an input of shape {tuple(example.shape)}.")
+    _check_diagnose(model, example, rf, batch_dim)
     batch = example.shape[batch_dim]
-    if batch < 1:
-        raise ValueError("the example input's batch is empty; give it at least one item.")
     peak = rf._peak(dtype)  # before any timing: a dtype the roofline lacks is refused at once, in one line
     dev = choose_device(device) if device is not None else example.device
     repeats = repeats if repeats is not None else pick(7, 25)
@@ -314,28 +485,9 @@ def diagnose(  # noqa: C901 - 23 branches: its three tests become functions of t
     counts = count_ops(call, example)  # as timed: under inference_mode, where fast paths (fused kernels) run
     convolutions = any("conv" in op for op in counts.by_op)  # int8 advice differs for a convolution network
     ws = working_set_bytes(model, example, peak=peak_allocated_bytes(lambda: call(example), dev))
-    weights = (  # its parameters and buffers: bytes fusion cannot shrink
-        sum(_tensor_bytes(t) for t in (*model.parameters(), *model.buffers()))
-        if isinstance(model, torch.nn.Module)
-        else 0
-    )
-    weight_share = weights / counts.bytes if counts.bytes else 0.0
-    cache = rf.cache_bytes or 0
-    fits = rf.fits_in_cache(ws)  # by the knee this machine measured (None: straddles it, or no knee decided)
-    bandwidth = rf._bandwidth()  # checked again here: a field can be changed after the roofline was built
-    measured_here = False
-    if fits is not False and dev.type == "cpu":  # in cache, or unknown: a copy of the working set's size decides
-        copy_bw = memory_bandwidth(dev, nbytes=max(ws // 2, 2**20), repeats=pick(15, 31))[0]  # its best sample
-        measured_here = fits is None and copy_bw >= CACHE_GAIN * rf.bandwidth  # ran as the sweep's cached sizes did
-        fits = True if measured_here else fits
-        bandwidth = max(rf.bandwidth, copy_bw) if fits else bandwidth
-    elif fits:
-        bandwidth = max(rf.bandwidth, memory_bandwidth(dev, nbytes=max(ws // 2, 2**20), repeats=pick(5, 9))[0])
-    cache_resident = fits is True
-    if dev.type == "cuda":
-        overhead_share, source = 1.0 - min(1.0, _device_busy_seconds(call, example) / t1.median), "profiler"
-    else:
-        overhead_share, source = min(1.0, counts.ops * rf.dispatch_latency / t1.median), "dispatch"
+    weight_share = _weight_bytes(model) / counts.bytes if counts.bytes else 0.0  # bytes fusion cannot shrink
+    bandwidth, cache_resident, measured_here = _memory_roof(rf, ws, dev)
+    overhead_share, source = _overhead_share(call, example, dev, counts.ops, rf, t1.median)
     ridge = peak / bandwidth
     achieved_flops = counts.flops / t1.median
     achieved_bytes = counts.bytes / t1.median
@@ -349,19 +501,8 @@ def diagnose(  # noqa: C901 - 23 branches: its three tests become functions of t
         "were timed together, round by round."
     ]
     order = reversed_order(sizes, *(labels[b] for b in inputs))
-    if order == "cheaper":  # each item the second doubling added cost less than each the first added
-        reasons.append(
-            "Each item the second doubling added cost less than each the first added, beyond the noise (a fixed "
-            "cost plus a cost per item would make them equal): the bigger batch used the machine better, through "
-            "a kernel or a thread split this library picks only at that size (notebook 08 profiles one). Read each "
-            "batch size's regime on its own."
-        )
-    elif order == "dearer":
-        reasons.append(
-            "Each item the second doubling added cost more than each the first added, beyond the noise (a fixed "
-            "cost plus a cost per item would make them equal): the machine fills up between these sizes (its cores, "
-            "caches or memory bandwidth), or the library switches kernels there."
-        )
+    if order:  # the two doublings' costs per item differ beyond the noise
+        reasons.append(ORDER_WORDS[order])
     amortised = first in ("free", "shared") and second in ("free", "shared")  # fixed costs shared by the batch
     # time = fixed + per-item × batch: the first doubling adds one batch's per-item part, so the fixed part of the
     # call at this batch is 2 - growth of its time (1 when doubling is free, 0 when the time doubles)
@@ -369,37 +510,9 @@ def diagnose(  # noqa: C901 - 23 branches: its three tests become functions of t
     fixed_share = None if order else min(1.0, max(0.0, 2.0 - growth))
     flat = first == "free" and second == "free"  # a bigger batch costs nothing more
     grows = first in ("proportional", "more per item") and second in ("proportional", "more per item")
-    knee = "the knee of its bandwidth sweep" if rf.cache_sweep else "as the OS reports it"
-    where = (
-        f"Its working set ({ws / 2**20:.2f} MiB: weights, input, and the activations and output it holds at once) "
-        + (
-            f"was copied here {CACHE_GAIN:.1f}× faster or more than main memory ("
-            + (
-                "this machine's cache sweep was undecided"
-                if not rf.cache_sweep or rf.cache_sweep.get("undecided")
-                else "it lies between the largest copy this machine's sweep found cached and the smallest it found "
-                "in main memory"
-            )
-            + ", so a copy of its size decided): it is served from cache, and the memory roof that applies is the "
-            if measured_here
-            else f"fits in the {cache / 2**20:.0f} MiB this machine's caches served faster than main memory ({knee}), "
-            "so the memory roof that applies is the "
-        )
-        + f"cache's, {bandwidth / 1e9:.0f} GB/s (a copy of that size), "
-        f"not main memory's {rf.bandwidth / 1e9:.0f} GB/s. "
-        if cache_resident
-        else ""
-    )
-    if where:  # a reason of its own: which memory roof applies
-        reasons.append(where.strip())
-    incomplete = (
-        f"The FLOP count is incomplete: {', '.join(sorted(counts.uncounted))} "
-        "ha" + ("s" if len(counts.uncounted) == 1 else "ve") + " matrix products inside that FlopCounterMode has no "
-        "formula for (a fused op), so the counted FLOPs, the intensity and the work's share of the time are "
-        "floors, possibly far too low. "
-        if not counts.flops_complete
-        else ""
-    )
+    if cache_resident:  # a reason of its own: which memory roof applies
+        reasons.append(_where_served(rf, ws, bandwidth, measured_here).strip())
+    incomplete = _incomplete_count(counts)
     # Little of the time is the work, and most of it is a fixed cost per call (the doublings say so): neither roof
     # limits the call, its fixed costs do. Time that follows the batch is not a fixed cost: kernels that are slow
     # for these shapes (below) are another regime, with other cures.
@@ -411,59 +524,26 @@ def diagnose(  # noqa: C901 - 23 branches: its three tests become functions of t
     )
     if overhead_share >= OVERHEAD_SHARE or unexplained:
         regime = "overhead"
-        if source == "profiler":
-            reasons.append(
-                f"At the roofs its work would take {explained:.0%} of the measured time, and the GPU was "
-                f"idle for {overhead_share:.0%} of the call (profiler: kernel time against wall time), waiting for "
-                "the CPU to prepare and launch each op. Batch more, or cut the number of launches (fusion, CUDA "
-                "graphs)."
-            )
-        elif overhead_share >= OVERHEAD_SHARE:
-            reasons.append(
-                f"At the roofs its work would take {explained:.0%} of the measured time, and {counts.ops} "
-                f"ops × {rf.dispatch_latency * 1e6:.2f} µs (the cost of a typical small op here) are "
-                f"{overhead_share:.0%} of it: dispatching ops is what costs. Batch more, or cut the number of "
-                "ops (fusion, CUDA graphs)."
-            )
-        else:
-            reasons.append(
-                f"At the roofs its work would take {explained:.0%} of the measured time; the first doubling "
-                f"puts about {fixed_share:.0%} of it in a fixed cost per call (time = fixed + per item × batch), and "
-                f"{counts.ops} ops × {rf.dispatch_latency * 1e6:.2f} µs (a typical small op) only "
-                f"{overhead_share:.0%}: "
-                "that fixed cost is unexplained by what the doctor counts: the Python around the ops "
-                "(nn.Module calls, which a bare op does not pay and torch.compile removes), a per-call weight "
-                "reorder, or a slow small-batch kernel: profile the call (notebook 08) to see which. "
-                + (
-                    "A bigger batch shares it."
-                    if amortised
-                    else "The doublings above do not show a bigger batch sharing it."
-                )
-            )
+        reasons.append(_overhead_reason(source, explained, overhead_share, counts.ops, rf, fixed_share, amortised))
+        reasons += [incomplete.strip()] * bool(incomplete)  # the count's floor, said after the cause
     elif not counts.flops_complete and counts.intensity < ridge:
         regime = "undetermined"
         reasons.append(
             incomplete + "The doctor does not place it against the ridge point: profile it (notebook 08) "
-            "or count its FLOPs analytically. "
-            + (
-                "Its time follows the batch, so the work per item is what costs."
-                if grows
-                else "Its time grows less than the batch: part of it is shared by every item (fixed costs, or "
-                "weights read once per call)."
-                if amortised
-                else "Its time grows less than the batch at one doubling and in proportion at the other: the "
-                "doublings above say which."
-            )
+            "or count its FLOPs analytically. " + _growth_words(grows, amortised)
         )
     elif counts.intensity < ridge:
         regime = "memory"
         fraction = achieved_bytes / bandwidth
         reasons.append(
             f"It does {counts.intensity:.2f} FLOP per byte moved, below the ridge point of {ridge:.1f}: "
-            + (
-                f"moving data costs more than computing ({fraction:.0%} of the memory roof)."
-                if fraction <= 1
-                else rf.place(counts.flops, counts.bytes, t1.median, dtype)["explanation"]
+            + _against_roof(
+                rf,
+                counts,
+                t1.median,
+                dtype,
+                fraction,
+                "moving data costs more than computing ({:.0%} of the memory roof).",
             )  # never above 100 % as an achievement
             + " "
             + fewer_bytes(rf, weight_share)
@@ -478,33 +558,22 @@ def diagnose(  # noqa: C901 - 23 branches: its three tests become functions of t
                 else ""
             )
             + f"It does {counts.intensity:.1f} FLOP per byte, above the ridge point of {ridge:.1f}, and "
-            + (
-                f"reaches {compute_fraction:.0%} of the {dtype} compute roof. "
-                if compute_fraction <= 1
-                else rf.place(counts.flops, counts.bytes, t1.median, dtype)["explanation"] + " "
+            + _against_roof(
+                rf, counts, t1.median, dtype, compute_fraction, "reaches {:.0%} of the " + dtype + " compute roof."
             )
+            + " "
             + faster_math(rf, dev, convolutions)
         )
     if not settled.decided:  # measured twice on a busy machine: no regime is claimed from it
         regime = "busy"
         reasons.insert(0, settled.undecided() + " What follows is what the numbers would say on a quiet machine.")
-    if regime == "overhead" and not counts.flops_complete:
-        reasons.append(incomplete.strip())
     if regime == "compute" and counts.flops_complete and explained < EXPLAINED_MIN:
         # past the ridge, yet far from the compute roof: under-used compute, not compute-bound (faster math would
         # speed up kernels that are not what limits it)
         reasons[-1] = reasons[-1].replace(faster_math(rf, dev, convolutions), "").rstrip()
         reasons.append(
             f"But the work at the roofs would take only {explained:.0%} of the time, and "
-            + (
-                (
-                    f"the doublings put only {fixed_share:.0%} of it in a fixed cost per call"
-                    if round(fixed_share, 2)
-                    else "the doublings put none of it in a fixed cost per call"
-                )
-                if fixed_share is not None
-                else "the doublings fit no one line of a fixed cost plus a cost per item"
-            )
+            + _fixed_words(fixed_share)
             + ": neither roof nor overhead limits it, the kernels are "
             "inefficient for these shapes (small or awkward work), so faster math would not help much; a bigger "
             "batch, another layout or a compiled kernel might (notebooks 03, 04, 08)."
@@ -526,21 +595,8 @@ def diagnose(  # noqa: C901 - 23 branches: its three tests become functions of t
             "the bytes moved (strided or scattered reads use a fraction of each cache line they bring in: section "
             "2.4), or the kernels are slow for these shapes. Contiguous layouts and fusion cut both."
         )
-    if regime == "memory" and amortised:
-        reasons.append(
-            "The time did not grow with the batch: it goes to data every item shares (the weights), so a bigger "
-            "batch is almost free."
-            if flat
-            else "The time grew less than the batch: part of it goes to data every item shares (the weights), so a "
-            "bigger batch costs less per item."
-        )
-    elif regime == "compute" and amortised:
-        reasons.append(
-            "The time did not grow with the batch: the machine is not saturated yet, so a bigger batch is almost free."
-            if flat
-            else "The time grew less than the batch: the machine is not saturated yet, so a bigger batch still costs "
-            "less per item."
-        )
+    if amortised and (regime, flat) in SHARED_WORDS:
+        reasons.append(SHARED_WORDS[(regime, flat)])
     return Diagnosis(
         regime=regime,
         batch=batch,
