@@ -95,3 +95,19 @@ def consistent_fp32_flags() -> Iterator[None]:
         yield
     finally:
         set_fp32_flags(saved)
+
+
+@contextlib.contextmanager
+def cudnn_switches(*, tf32: bool, benchmark: bool) -> Iterator[None]:
+    """cuDNN's switches for the block, put back after it: TF32 in its convolutions and RNNs (through both APIs, so
+    they agree: a precision step, where :func:`exact_fp32` keeps fp32 exact) and ``cudnn.benchmark`` (time the
+    algorithms at each new shape instead of choosing by heuristics). Notebook 09 sets them per call of a step."""
+    saved, saved_benchmark = fp32_flags(), torch.backends.cudnn.benchmark
+    value = "tf32" if tf32 else "ieee"
+    set_fp32_flags({"legacy cudnn": bool(tf32), "cudnn.conv": value, "cudnn.rnn": value})
+    torch.backends.cudnn.benchmark = bool(benchmark)
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = saved_benchmark
+        set_fp32_flags(saved)

@@ -12,7 +12,15 @@ import pytest
 import torch
 
 from helpers import onnxrt
-from helpers.fp32 import FLAGS, consistent_fp32_flags, exact_fp32, fp32_flags, set_fp32_flags, tf32_enabled
+from helpers.fp32 import (
+    FLAGS,
+    consistent_fp32_flags,
+    cudnn_switches,
+    exact_fp32,
+    fp32_flags,
+    set_fp32_flags,
+    tf32_enabled,
+)
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 HAND_SET = re.compile(r"torch\.backends\.[\w.]*\b(allow_tf32|fp32_precision)\s*=[^=]|set_float32_matmul_precision")
@@ -128,3 +136,18 @@ def test_notebook_05s_own_export_call_runs_after_the_gpu_set_up(tmp_path, restor
     program.save(str(tmp_path / "cell5.onnx"))
     assert (tmp_path / "cell5.onnx").stat().st_size > 0
     assert tf32_enabled() == {"matmul": False, "cudnn": False}
+
+
+def test_cudnn_switches_set_both_apis_for_the_block_and_put_them_back():
+    exact_fp32()
+    before, benchmark = fp32_flags(), torch.backends.cudnn.benchmark
+    with cudnn_switches(tf32=True, benchmark=True):
+        assert tf32_enabled()["cudnn"]  # the legacy flag agrees (it raises where the two APIs disagree)
+        assert fp32_flags()["cudnn.conv"] == "tf32"
+        assert torch.backends.cudnn.benchmark
+    assert fp32_flags() == before
+    assert torch.backends.cudnn.benchmark == benchmark
+    with cudnn_switches(tf32=False, benchmark=False):
+        assert not tf32_enabled()["cudnn"]
+        assert fp32_flags()["cudnn.conv"] == "ieee"
+    assert fp32_flags() == before
